@@ -1,0 +1,32 @@
+"""simeval: evaluate robot-learning policies while they train.
+
+``import simeval`` stays light on purpose: torch, tensordict, torchrl, ray and
+mujoco are imported only where they are used, so an Isaac Lab worker can run
+its ``init_fn`` (AppLauncher) before any of them loads. The public names below
+are resolved on first access.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Evaluator": "simeval.evaluator",
+    "connect": "simeval.evaluator",
+    "EvalError": "simeval.errors",
+}
+
+__all__ = ["Evaluator", "EvalError", "connect", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simeval' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,29 @@
+"""The one exception a failed evaluation raises, on every backend."""
+from __future__ import annotations
+
+import traceback
+
+
+class EvalError(RuntimeError):
+    """An evaluation failed in its worker (thread, child process or Ray actor).
+
+    The message holds the original exception's type and message; the worker's
+    formatted traceback is in :attr:`remote_traceback` because the original
+    exception object may not survive the trip between processes.
+    """
+
+    def __init__(self, message: str, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, where: str = "eval worker") -> EvalError:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(f"{where} failed: {type(exc).__name__}: {exc}", tb)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.remote_traceback))
+
+
+class Cancelled(Exception):
+    """Raised inside a worker when shutdown() stops an evaluation mid-round."""

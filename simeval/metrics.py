@@ -1,0 +1,103 @@
+"""Pure functions from per-episode numbers to reported metrics.
+
+No torch here: episodes arrive as plain sequences, so the same code formats
+results from every backend and can be tested without a simulator.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+# Keys every round reports, in the order the seed's Evaluator reports them.
+CORE_KEYS = ("reward", "reward_std", "num_episodes", "episode_length", "fps")
+
+
+def episode_quotas(num_episodes: int, num_envs: int) -> list[int]:
+    """How many episodes each sub-env contributes, decided before the round.
+
+    Sub-env ``i`` of ``n`` runs ``(N + i) // n`` episodes (stable-baselines3's
+    ``evaluate_policy`` scheme). Fixing the quota up front removes the bias of
+    keeping "the first N episodes to finish", which favours short episodes.
+    """
+    if num_episodes < 1:
+        raise ValueError(f"num_trajectories must be >= 1, got {num_episodes}.")
+    if num_envs < 1:
+        raise ValueError(f"the eval env must have at least one sub-env, got {num_envs}.")
+    return [(num_episodes + i) // num_envs for i in range(num_envs)]
+
+
+def bootstrap_ci(
+    returns: Sequence[float], confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean return (scipy.stats.bootstrap).
+
+    With a single episode, or identical returns, the interval collapses to the
+    mean: there is no spread to resample. The resampling seed is fixed so the
+    same returns always give the same interval.
+    """
+    data = np.asarray(returns, dtype=np.float64)
+    if data.size == 0:
+        return math.nan, math.nan
+    if data.size == 1 or np.all(data == data[0]):
+        mean = float(data.mean())
+        return mean, mean
+    from scipy.stats import bootstrap
+
+    res = bootstrap(
+        (data,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def summarize(
+    returns: Sequence[float],
+    lengths: Sequence[int],
+    env_steps: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """Mean return and its spread, mean length, throughput and the 95% CI."""
+    data = np.asarray(returns, dtype=np.float64)
+    n = int(data.size)
+    if n == 0:
+        raise ValueError("an evaluation round finished with no episodes.")
+    low, high = bootstrap_ci(data)
+    return {
+        "reward": float(data.mean()),
+        # Sample standard deviation, as torch.std: 0 for a single episode.
+        "reward_std": float(data.std(ddof=1)) if n > 1 else 0.0,
+        "num_episodes": n,
+        "episode_length": float(np.mean(lengths)),
+        "fps": env_steps / seconds if seconds > 0 else math.nan,
+        "reward_ci_low": low,
+        "reward_ci_high": high,
+        "frame_count": int(env_steps),
+    }
+
+
+def format_result(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str, Any]:
+    """Prefix the raw worker metrics the way the seed's Evaluator names them.
+
+    ``raw`` holds plain numbers; ``custom`` holds metrics_fn's output and
+    ``episode_returns`` / ``episode_lengths`` the per-episode lists.
+    """
+    out: dict[str, Any] = {}
+    for key in (*CORE_KEYS, "reward_ci_low", "reward_ci_high", "frame_count"):
+        if key in raw:
+            out[f"{prefix}/{key}"] = raw[key]
+    if keep_episodes:
+        out[f"{prefix}/episode_returns"] = list(raw["episode_returns"])
+        out[f"{prefix}/episode_lengths"] = list(raw["episode_lengths"])
+    for key, value in (raw.get("custom") or {}).items():
+        out[f"{prefix}/{key}"] = value
+    if raw.get("video") is not None:
+        out[f"{prefix}/video"] = raw["video"]
+    out[f"{prefix}/step"] = raw["step"]
+    return out
