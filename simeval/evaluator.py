@@ -370,10 +370,15 @@ class Evaluator:
 
     @staticmethod
     def _sources(weights: Any, weights_dict: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """{model_id: TensorDict view} of what to load; raises TypeError on anything else."""
         sources = dict(weights_dict or {})
         if weights is not None:
             sources.setdefault("policy", weights)
-        return sources or None
+        if not sources:
+            return None
+        from simeval.weights import as_weights
+
+        return {k: as_weights(v) for k, v in sources.items()}
 
     def _launch(self, request: _Request) -> None:
         request.future.add_done_callback(lambda fut, req=request: self._settle(req, fut))

@@ -136,13 +136,25 @@ class EvalWorker:
                 self._device = next(self.policy.parameters()).device
             except (AttributeError, StopIteration):
                 self._device = torch.device("cpu")
+        if not _step_counters(self.env):
+            # Count steps ourselves rather than letting the collector wrap the env: its
+            # wrapper would clone the transforms, and freezing or loading VecNorm
+            # statistics would then miss the copies the rollout really uses.
+            from torchrl.envs import StepCounter, TransformedEnv
+
+            counter = StepCounter(self.spec.max_steps)
+            if isinstance(self.env, TransformedEnv):
+                self.env.append_transform(counter)
+            else:
+                self.env = TransformedEnv(self.env, counter)
         self._episode_return_key = _episode_return_key(self.env, self.spec.reward_key)
         self._num_envs = max(1, int(torch.Size(self.env.batch_size).numel()))
-        self._collector = self._make_collector()
+        with _eval_mode(self.policy), torch.no_grad():  # the collector probes the policy once
+            self._collector = self._make_collector()
+        self.env = self._collector.env
 
     def _make_collector(self):
         spec = self.spec
-        has_counter = bool(_step_counters(self.env))
         per_env = min(spec.max_steps or 1000, 1000)
         fpb = spec.frames_per_batch or self._num_envs * per_env
         fpb = -(-fpb // self._num_envs) * self._num_envs  # a whole number of steps per sub-env
@@ -155,7 +167,7 @@ class EvalWorker:
             policy=StoppablePolicy(self.policy, self.stop),
             frames_per_batch=fpb,
             total_frames=-1,
-            max_frames_per_traj=None if has_counter else spec.max_steps,
+            max_frames_per_traj=None,
             exploration_type=_exploration(spec.exploration_type),
             **kwargs,
         )
