@@ -149,7 +149,9 @@ class EvalWorker:
                 self.env = TransformedEnv(self.env, counter)
         self._episode_return_key = _episode_return_key(self.env, self.spec.reward_key)
         self._num_envs = max(1, int(torch.Size(self.env.batch_size).numel()))
-        with _eval_mode(self.policy), torch.no_grad():  # the collector probes the policy once
+        # The collector resets the env and probes the policy once: no statistics
+        # update and no train-mode call may happen there either.
+        with vecnorm.frozen_for_round(self.env), _eval_mode(self.policy), torch.no_grad():
             self._collector = self._make_collector()
         self.env = self._collector.env
 

@@ -37,8 +37,9 @@ def make_env(
             ``None`` keeps only the task's own time limit.
         seed: seeds the sub-envs (sub-env ``i`` gets ``seed + i``).
         device: where the tensors go; the simulation itself runs on CPU.
-        obs_norm: append a VecNormV2 on ``observation``. An eval worker freezes
-            it and needs the training statistics (see ``weights_dict``).
+        obs_norm: append a VecNormV2 on ``observation`` with statistics shared
+            across sub-envs (so they do not depend on ``num_envs``). An eval
+            worker freezes it and needs the training statistics (``weights_dict``).
         render: build the sub-envs with ``render_mode="rgb_array"``.
     """
     import gymnasium as gym
@@ -65,7 +66,7 @@ def make_env(
     env.append_transform(DoubleToFloat())
     env.append_transform(StepCounter(max_steps))
     if obs_norm:
-        env.append_transform(VecNormV2(in_keys=["observation"]))
+        env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
     env.append_transform(RewardSum())
     if seed is not None:
         env.set_seed(seed)
