@@ -189,7 +189,27 @@ class EvalWorker:
 
     # -- one round ------------------------------------------------------
     def run(self, weights: Mapping[str, TensorDictBase] | None, step: int) -> dict[str, Any]:
-        """Load weights, evaluate ``num_trajectories`` episodes, return raw metrics."""
+        """Load weights, evaluate ``num_trajectories`` episodes, return raw metrics.
+
+        After a failure the collector (and an env this worker built) is thrown
+        away and rebuilt by the next round: a half-finished rollout leaves both
+        in an unknown state.
+        """
+        try:
+            return self._run(weights, step)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        collector, self._collector = self._collector, None
+        if collector is not None:
+            with contextlib.suppress(Exception):
+                collector.shutdown(close_env=self._owns_env, raise_on_error=False)
+        if self._owns_env:
+            self.env = None
+
+    def _run(self, weights: Mapping[str, TensorDictBase] | None, step: int) -> dict[str, Any]:
         self.build()
         self.load(weights)
         spec = self.spec

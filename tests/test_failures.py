@@ -1,0 +1,159 @@
+"""Section 7: failures surface as EvalError, clear `pending`, and never wedge the evaluator."""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import pytest
+from helpers import const_policy, count_env, env_factory_that_fails, failing_metrics
+
+from simeval import EvalError, Evaluator
+
+
+def _exploding_env():
+    return count_env(lengths=(3,), fail_at_step=5)
+
+
+def _assert_eval_error(excinfo, type_name, message):
+    err = excinfo.value
+    assert isinstance(err, EvalError)
+    assert type_name in str(err) and message in str(err)
+    assert "Traceback" in err.remote_traceback and message in err.remote_traceback
+
+
+def test_env_exception_surfaces_and_the_evaluator_recovers(backend):
+    ev = Evaluator(_exploding_env, policy_factory=const_policy, num_trajectories=4, backend=backend)
+    try:
+        with pytest.raises(EvalError) as excinfo:
+            ev.evaluate()
+        _assert_eval_error(excinfo, "ValueError", "CountEnv exploded on purpose")
+        assert not ev.pending
+        # Async path: the same failure reaches wait() and poll().
+        ev.trigger_eval()
+        with pytest.raises(EvalError, match="exploded"):
+            ev.wait(60)
+        assert not ev.pending
+        ev.trigger_eval()
+        deadline = time.time() + 60
+        with pytest.raises(EvalError, match="exploded"):
+            while time.time() < deadline:
+                ev.poll(timeout=0.2)
+    finally:
+        ev.shutdown()
+
+
+def test_policy_exception_surfaces(backend):
+    def bad_policy_factory(env):
+        policy = const_policy()
+        policy.module.forward = lambda observation: (_ for _ in ()).throw(ZeroDivisionError("policy divided by zero"))
+        return policy
+
+    ev = Evaluator(count_env, policy_factory=bad_policy_factory, num_trajectories=1, backend=backend)
+    try:
+        with pytest.raises(EvalError) as excinfo:
+            ev.evaluate()
+        _assert_eval_error(excinfo, "ZeroDivisionError", "policy divided by zero")
+    finally:
+        ev.shutdown()
+
+
+def test_metrics_fn_exception_surfaces_and_next_round_works(backend):
+    calls = {"n": 0}
+
+    def sometimes(td):
+        calls["n"] += 1
+        return failing_metrics(td)
+
+    ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=failing_metrics, backend=backend)
+    try:
+        with pytest.raises(EvalError) as excinfo:
+            ev.evaluate()
+        _assert_eval_error(excinfo, "KeyError", "metrics_fn could not find")
+        with pytest.raises(EvalError):  # it fails again, and again surfaces
+            ev.evaluate()
+        assert not ev.pending
+    finally:
+        ev.shutdown()
+
+
+def test_worker_start_up_failure_surfaces(backend):
+    ev = Evaluator(env_factory_that_fails, policy_factory=const_policy, num_trajectories=1, backend=backend)
+    try:
+        with pytest.raises(EvalError) as excinfo:
+            ev.evaluate()
+        _assert_eval_error(excinfo, "RuntimeError", "env factory refused to build")
+        assert not ev.pending
+        ev.trigger_eval()
+        with pytest.raises(EvalError, match="env factory refused"):
+            ev.wait(120)
+    finally:
+        ev.shutdown()
+
+
+def _dying_env():
+    return count_env(lengths=(3,), exit_at_step=4)
+
+
+@pytest.mark.parametrize("backend", ["process", "ray"], indirect=True)
+def test_dead_worker_is_reported_within_seconds_and_replaced(backend, tmp_path):
+    flag = tmp_path / "died-once"
+
+    def env_once():
+        if not flag.exists():
+            flag.write_text("x")
+            return _dying_env()
+        return count_env(lengths=(3,))
+
+    ev = Evaluator(env_once, policy_factory=const_policy, num_trajectories=2, backend=backend)
+    try:
+        start = time.monotonic()
+        with pytest.raises(EvalError, match="died|exit|actor"):
+            ev.evaluate()
+        assert time.monotonic() - start < 60
+        assert not ev.pending
+        assert ev.evaluate()["eval/reward"] == 3.0  # a fresh worker took over
+    finally:
+        ev.shutdown()
+
+
+def test_wait_with_nothing_pending_returns_none_at_once():
+    ev = Evaluator(count_env, const_policy(), num_trajectories=1)
+    try:
+        start = time.monotonic()
+        assert ev.wait() is None
+        assert time.monotonic() - start < 1.0
+        assert ev.poll() is None
+    finally:
+        ev.shutdown()
+
+
+def test_unschedulable_ray_actor_fails_after_start_timeout(ray_cluster):
+    ev = Evaluator(
+        count_env, policy_factory=const_policy, num_trajectories=1, backend="ray", num_gpus=8, start_timeout=3
+    )
+    try:
+        start = time.monotonic()
+        ev.trigger_eval()
+        with pytest.raises(EvalError, match="did not start within 3 s.*num_gpus=8"):
+            ev.wait(60)
+        assert time.monotonic() - start < 30
+        assert not ev.pending
+    finally:
+        ev.shutdown()
+
+
+def test_on_result_exception_is_logged_and_evaluation_goes_on(caplog):
+    def bad_callback(result):
+        raise RuntimeError("logger is down")
+
+    ev = Evaluator(count_env, const_policy(), num_trajectories=1, on_result=bad_callback)
+    try:
+        with caplog.at_level(logging.ERROR, logger="simeval.evaluator"):
+            assert ev.evaluate()["eval/reward"] == 3.0
+            ev.trigger_eval()
+            assert ev.wait(60)["eval/reward"] == 3.0
+    finally:
+        ev.shutdown()
+    assert "on_result callback failed" in caplog.text
+    assert "logger is down" in caplog.text
