@@ -162,12 +162,5 @@ def probe_env(path: str):
     return env
 
 
-def torch_free_init() -> None:
-    """init_fn for tests: fails when torch was imported before it ran."""
-    if "torch" in sys.modules:
-        raise RuntimeError("torch was imported before init_fn")
-    os.environ["SIMEVAL_INIT_RAN"] = "1"
-
-
 def thread_name(*_):
     return threading.current_thread().name
