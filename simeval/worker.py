@@ -98,6 +98,22 @@ def _max_steps_for_round(env, max_steps: int | None):
             c.max_steps = b
 
 
+def batch_steps(max_steps: int | None, num_envs: int, max_frames: int = 1 << 18) -> int:
+    """Steps per sub-env in one collector batch.
+
+    Small enough that a batch of thousands of GPU envs stays a few hundred MB,
+    and a divisor of ``max_steps`` where one exists, so rounds whose episodes
+    all run to the cap end exactly on a batch boundary (no wasted steps).
+    """
+    cap = max(1, min(128, max_frames // max(1, num_envs)))
+    if max_steps is None:
+        return cap
+    if max_steps <= cap:
+        return max_steps
+    divisors = [d for d in range(cap, max(1, cap // 2) - 1, -1) if max_steps % d == 0]
+    return divisors[0] if divisors else cap
+
+
 class EvalWorker:
     """Builds env and policy (lazily, where it runs), loads weights, runs rounds."""
 
@@ -129,6 +145,10 @@ class EvalWorker:
             self.env = vecnorm.freeze_owned(self._env_factory())
         if self.policy is None:
             self.policy = self._policy_factory(self.env)
+        if self.owns_process and self._policy_is_on_cpu():
+            # One intra-op thread: small CPU policies run faster, and an eval worker
+            # beside training should not take every core from it.
+            torch.set_num_threads(1)
         if self.spec.device is not None:
             self._device = torch.device(self.spec.device)
         else:
@@ -155,10 +175,17 @@ class EvalWorker:
             self._collector = self._make_collector()
         self.env = self._collector.env
 
+    def _policy_is_on_cpu(self) -> bool:
+        if self.spec.device is not None:
+            return torch.device(self.spec.device).type == "cpu"
+        try:
+            return next(self.policy.parameters()).device.type == "cpu"
+        except (AttributeError, StopIteration):
+            return True
+
     def _make_collector(self):
         spec = self.spec
-        per_env = min(spec.max_steps or 1000, 1000)
-        fpb = spec.frames_per_batch or self._num_envs * per_env
+        fpb = spec.frames_per_batch or self._num_envs * batch_steps(spec.max_steps, self._num_envs)
         fpb = -(-fpb // self._num_envs) * self._num_envs  # a whole number of steps per sub-env
         kwargs = dict(spec.collector_kwargs or {})
         if spec.collector_cls is None:
@@ -215,9 +242,9 @@ class EvalWorker:
         spec = self.spec
         with vecnorm.frozen_for_round(self.env), _eval_mode(self.policy), _max_steps_for_round(
             self.env, spec.max_steps
-        ), torch.no_grad():
+        ), torch.inference_mode():
             vecnorm.check_stats(self.env)
-            if spec.seed is not None and self._owns_process_rng:
+            if spec.seed is not None and self.owns_process:
                 torch.manual_seed(spec.seed)
             episodes = run_round(
                 self._collector,
@@ -240,8 +267,9 @@ class EvalWorker:
             raw["video"] = self._dump_video(step)
         return raw
 
-    # Seeding torch's global RNG is right only where this worker owns the process.
-    _owns_process_rng = False
+    # Set by the process and Ray backends: this worker is alone in its process, so
+    # seeding torch's global RNG and choosing torch's thread count are its to do.
+    owns_process = False
 
     def _dump_video(self, step: int):
         """Collect recorded frames, then ``dump(step=...)`` every VideoRecorder."""

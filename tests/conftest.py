@@ -7,7 +7,6 @@ import sys
 # Ray must bind to 127.0.0.1 and send nothing out; set before Ray is imported.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("MUJOCO_GL", "egl")
 
 import pytest
 

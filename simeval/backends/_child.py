@@ -52,7 +52,7 @@ def serve(conn: Connection) -> None:
         from simeval.worker import EvalWorker
 
         worker = EvalWorker(spec, env_factory=env_factory, policy_factory=policy_factory)
-        worker._owns_process_rng = True
+        worker.owns_process = True
         worker.build()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, then exit
         conn.send(("fatal", *_describe(exc)))

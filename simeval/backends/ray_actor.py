@@ -22,7 +22,7 @@ class EvalActor:
 
         self.info = setup.get("info", {})
         self.worker = EvalWorker(spec, env_factory=env_factory, policy_factory=policy_factory)
-        self.worker._owns_process_rng = True
+        self.worker.owns_process = True
         # Env and policy are built by the first run(), where a failure comes back with
         # its full traceback instead of as Ray's terse actor-creation error.
 
