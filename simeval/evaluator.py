@@ -192,7 +192,7 @@ class Evaluator:
         if backend == "process":
             from simeval.backends.process import ProcessBackend
 
-            return ProcessBackend(init_payload, payload)
+            return ProcessBackend(init_payload, payload, start_timeout=start_timeout)
         import sys
 
         from simeval.backends.ray import RayBackend

@@ -157,3 +157,19 @@ def test_on_result_exception_is_logged_and_evaluation_goes_on(caplog):
         ev.shutdown()
     assert "on_result callback failed" in caplog.text
     assert "logger is down" in caplog.text
+
+
+def _hanging_env():
+    time.sleep(3600)
+
+
+def test_process_worker_stuck_at_start_fails_after_start_timeout(no_leaks):
+    ev = Evaluator(_hanging_env, policy_factory=const_policy, num_trajectories=1, backend="process", start_timeout=3)
+    try:
+        start = time.monotonic()
+        with pytest.raises(EvalError, match="did not start within 3 s"):
+            ev.evaluate()
+        assert time.monotonic() - start < 30
+        assert not ev.pending
+    finally:
+        ev.shutdown()

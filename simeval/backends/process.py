@@ -27,7 +27,7 @@ from simeval.errors import EvalError
 class _Child:
     """One worker process, its socket, and the request it is running."""
 
-    def __init__(self, setup: dict, env: Mapping[str, str]) -> None:
+    def __init__(self, setup: dict, env: Mapping[str, str], start_timeout: float) -> None:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
         self.proc = subprocess.Popen(
@@ -40,8 +40,22 @@ class _Child:
         self.future: Future | None = None
         self.fatal: EvalError | None = None
         self.closing = False
+        self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, name="simeval-process-reader", daemon=True)
         self.reader.start()
+        self.watchdog = threading.Timer(start_timeout, self._start_timed_out, args=(start_timeout,))
+        self.watchdog.daemon = True
+        self.watchdog.start()
+
+    def _start_timed_out(self, start_timeout: float) -> None:
+        """A child stuck in init_fn or in building its env must not leave callers waiting."""
+        if self.ready.is_set() or self.proc.poll() is not None:
+            return
+        self.fatal = EvalError(
+            f"process eval worker did not start within {start_timeout:g} s (init_fn or the env/policy "
+            "factory is stuck); raise start_timeout if start-up is legitimately slow."
+        )
+        self.proc.kill()
 
     @property
     def usable(self) -> bool:
@@ -53,7 +67,9 @@ class _Child:
                 msg = self.conn.recv()
             except (EOFError, OSError):
                 break
-            if msg[0] == "fatal":
+            if msg[0] == "ready":
+                self.ready.set()
+            elif msg[0] == "fatal":
                 self.fatal = EvalError(f"process eval worker failed to start: {msg[1]}", msg[2])
                 self.finish(exc=self.fatal)
             elif msg[0] == "error":
@@ -88,6 +104,7 @@ class _Child:
 
     def stop(self, timeout: float) -> None:
         self.closing = True
+        self.watchdog.cancel()
         with contextlib.suppress(Exception):
             self.conn.send(("close",))
         if self.future is not None and self.proc.poll() is None:
@@ -105,7 +122,13 @@ class ProcessBackend(Backend):
 
     name = "process"
 
-    def __init__(self, init_fn: str | bytes | None, payload: bytes, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        init_fn: str | bytes | None,
+        payload: bytes,
+        env: Mapping[str, str] | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
         self._setup = {
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
@@ -113,19 +136,23 @@ class ProcessBackend(Backend):
             "payload": payload,
         }
         self._env = dict(os.environ if env is None else env)
+        self._start_timeout = start_timeout
         self._staging = SharedStaging()
-        self._child = _Child(self._setup, self._env)  # starts now, overlapping with training set-up
+        self._child = self._spawn()  # starts now, overlapping with training set-up
+
+    def _spawn(self) -> _Child:
+        return _Child(self._setup, self._env, self._start_timeout)
 
     def start(self, step: int, weights: Mapping[str, Any] | None, future: Future) -> None:
         child = self._child
         if child.fatal is not None:  # report the start-up failure, then try afresh next time
             child.stop(timeout=1.0)
-            self._child = _Child(self._setup, self._env)
+            self._child = self._spawn()
             future.set_exception(child.fatal)
             return
         if not child.usable:
             child.stop(timeout=1.0)
-            child = self._child = _Child(self._setup, self._env)
+            child = self._child = self._spawn()
         described = self._staging.write(weights) if weights else None
         child.send(("eval", step, described), future)
 
