@@ -125,6 +125,7 @@ class Evaluator:
         self._ready: deque[Any] = deque()
         self._current: _Request | None = None
         self._closed = False
+        self._in_callback = threading.local()
         self.backend_name = backend
         spec = EvalSpec(
             num_trajectories=num_trajectories,
@@ -218,6 +219,7 @@ class Evaluator:
         self._queue, self._ready = deque(), deque()
         self._current = None
         self._closed = False
+        self._in_callback = threading.local()
         self.backend_name = backend.name
         self._backend = backend
         return self
@@ -230,6 +232,11 @@ class Evaluator:
         raises; otherwise this call waits for it (and any queued ones) first.
         The env and policy are never shared between two rounds.
         """
+        if getattr(self._in_callback, "active", False):
+            raise RuntimeError(
+                "evaluate() cannot run inside on_result of a background evaluation (it would wait "
+                "on the worker that runs the callback); call trigger_eval() there instead."
+            )
         sources = self._sources(weights, weights_dict)
         with self._cond:
             self._check_open()
@@ -392,13 +399,19 @@ class Evaluator:
         request.weights = None
 
     def _settle(self, request: _Request, future: Future) -> None:
-        """Runs when a request's future completes: format, notify, start the next one."""
+        """Runs when a request's future completes: publish, start the next one, call on_result.
+
+        The result is published (and the evaluator marked idle) before
+        ``on_result`` runs, so results keep their order and the callback may
+        call ``trigger_eval`` itself.
+        """
         if request.outcome is not _WAITING:
             return
         exc = future.exception()
-        outcome: Any = exc if exc is not None else self._finalize(future.result())
-        if not request.sync and not isinstance(outcome, BaseException):
-            self._invoke_on_result(outcome)
+        try:
+            outcome: Any = exc if exc is not None else self._finalize(future.result())
+        except Exception as err:  # noqa: BLE001 - e.g. a metrics value torch cannot hold
+            outcome = EvalError.from_exception(err, "formatting the result")
         with self._cond:
             request.outcome = outcome
             if not request.sync:
@@ -410,6 +423,12 @@ class Evaluator:
             self._cond.notify_all()
         if nxt is not None:
             self._launch(nxt)
+        if not request.sync and not isinstance(outcome, BaseException):
+            self._in_callback.active = True
+            try:
+                self._invoke_on_result(outcome)
+            finally:
+                self._in_callback.active = False
 
     def _finalize(self, raw: dict[str, Any]) -> dict[str, Any]:
         result = metrics.format_result(raw, self._log_prefix, self._keep_episodes)

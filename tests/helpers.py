@@ -26,8 +26,11 @@ class CountEnv(EnvBase):
     bias towards short episodes, shows up as a wrong number.
     """
 
-    def __init__(self, lengths, fail_at_step: int | None = None, exit_at_step: int | None = None):
+    def __init__(
+        self, lengths, fail_at_step: int | None = None, exit_at_step: int | None = None, pixels: bool = False
+    ):
         n = len(lengths)
+        self.pixels = pixels
         super().__init__(batch_size=torch.Size([n]))
         self.lengths = torch.tensor(lengths, dtype=torch.long)
         self.t = torch.zeros(n, dtype=torch.long)
@@ -35,11 +38,19 @@ class CountEnv(EnvBase):
         self.exit_at_step = exit_at_step
         self.total_steps = 0
         self.observation_spec = Composite(observation=Unbounded(shape=(n, 1)), shape=(n,))
+        if pixels:
+            self.observation_spec["pixels"] = Bounded(0, 255, shape=(n, 3, 8, 8), dtype=torch.uint8)
         self.action_spec = Bounded(-100.0, 100.0, shape=(n, 1))
         self.reward_spec = Unbounded(shape=(n, 1))
 
     def _obs(self):
         return self.t.float().unsqueeze(-1)
+
+    def _observations(self) -> dict:
+        out = {"observation": self._obs()}
+        if self.pixels:  # a frame whose brightness is the step count
+            out["pixels"] = self.t.clamp(max=255).to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 3, 8, 8).clone()
+        return out
 
     def _reset(self, tensordict=None, **kwargs):
         mask = None if tensordict is None else tensordict.get("_reset", None)
@@ -48,7 +59,9 @@ class CountEnv(EnvBase):
         else:
             self.t[mask.view(-1)] = 0
         zeros = torch.zeros(self.batch_size + (1,), dtype=torch.bool)
-        return TensorDict(observation=self._obs(), done=zeros, terminated=zeros.clone(), batch_size=self.batch_size)
+        return TensorDict(
+            **self._observations(), done=zeros, terminated=zeros.clone(), batch_size=self.batch_size
+        )
 
     def _step(self, tensordict):
         self.total_steps += 1
@@ -59,7 +72,7 @@ class CountEnv(EnvBase):
         self.t += 1
         done = (self.t >= self.lengths).unsqueeze(-1)
         return TensorDict(
-            observation=self._obs(),
+            **self._observations(),
             reward=tensordict.get("action").clone(),
             done=done,
             terminated=done.clone(),
@@ -158,6 +171,17 @@ class DumpProbe(Transform):
 
 def probe_env(path: str):
     env = TransformedEnv(CountEnv([2]), DumpProbe(path))
+    env.append_transform(RewardSum())
+    return env
+
+
+def video_env(log_dir: str):
+    """A one-sub-env CountEnv filmed by torchrl's real VideoRecorder (frames kept as .pt)."""
+    from torchrl.record import VideoRecorder
+    from torchrl.record.loggers.csv import CSVLogger
+
+    logger = CSVLogger("video", log_dir=log_dir, video_format="pt")
+    env = TransformedEnv(CountEnv([4], pixels=True), VideoRecorder(logger, tag="eval_video", in_keys=["pixels"]))
     env.append_transform(RewardSum())
     return env
 

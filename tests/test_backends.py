@@ -9,7 +9,8 @@ import textwrap
 import threading
 
 import pytest
-from helpers import const_policy, count_env, probe_env, where_am_i
+import torch
+from helpers import const_policy, count_env, probe_env, video_env, where_am_i
 
 from simeval import Evaluator
 
@@ -193,3 +194,62 @@ def test_import_simeval_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_recorded_frames_come_back_as_video_and_are_dumped(backend, tmp_path):
+    ev = Evaluator(functools.partial(video_env, str(tmp_path)), policy_factory=const_policy, num_trajectories=1, backend=backend)
+    try:
+        result = ev.evaluate(step=3)
+    finally:
+        ev.shutdown()
+    video = result["eval/video"]
+    assert video.dtype == torch.uint8 and video.shape[-3:] == (3, 8, 8)
+    brightness = [int(f[0, 0, 0]) for f in video.reshape(-1, 3, 8, 8)]
+    assert "0,1,2,3,4" in ",".join(map(str, brightness))  # an episode's frames, in order
+    assert list(tmp_path.rglob("*.pt")), "VideoRecorder.dump() wrote nothing"
+
+
+def test_ray_backend_starts_a_local_cluster_when_none_is_running(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {os.path.join(REPO, 'tests')!r})
+        from helpers import const_policy, count_env
+        from simeval import Evaluator
+        ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, backend="ray", num_gpus=0)
+        print("REWARD", ev.evaluate()["eval/reward"])
+        ev.shutdown()
+        import ray; ray.shutdown()
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    import tempfile
+
+    # Its own short temp dir (AF_UNIX paths are capped at 107 bytes): no cluster to find there.
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+            env=dict(env, PYTHONPATH=REPO), cwd=tmp_path,
+        )
+    finally:
+        import shutil
+
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "REWARD 3.0" in out.stdout
+
+
+def test_weight_sync_schemes_select_process_isolation_as_in_torchrl():
+    from torchrl.weight_update import SharedMemWeightSyncScheme
+
+    schemes = {"policy": SharedMemWeightSyncScheme()}
+    with pytest.raises(ValueError, match="requires `env` to be a callable"):
+        Evaluator(count_env(), const_policy(), weight_sync_schemes=schemes)
+    ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, weight_sync_schemes=schemes)
+    try:
+        assert ev.backend_name == "process"
+        result = ev.evaluate(const_policy(w=2.0))
+    finally:
+        ev.shutdown()
+    assert result["eval/pid"] != os.getpid() and result["eval/reward"] == 6.0

@@ -104,3 +104,24 @@ def test_process_backend_writes_weights_in_place(no_leaks):
         assert block[2]["module", "0", "weight"].tolist() == policy.module[0].weight.tolist()
     finally:
         ev.shutdown()
+
+
+def test_on_result_may_trigger_the_next_evaluation_but_not_block_on_one(caplog):
+    seen = []
+    holder = {}
+
+    def on_result(result):
+        seen.append(result["eval/step"].item())
+        if len(seen) < 3:
+            assert holder["ev"].trigger_eval(step=len(seen)) is True  # chain: allowed
+        else:
+            holder["ev"].evaluate()  # would wait on this very worker: refused, logged
+
+    ev = holder["ev"] = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, on_result=on_result)
+    try:
+        ev.trigger_eval(step=0)
+        results = [ev.wait(60) for _ in range(3)]
+    finally:
+        ev.shutdown()
+    assert [r["eval/step"] for r in results] == [0, 1, 2] == seen
+    assert "cannot run inside on_result" in caplog.text
