@@ -10,6 +10,7 @@ Prints, side by side and in one run:
 Not a test: these machines are noisy, so it reports medians and ratios and
 names the machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,12 @@ class CheetahFactory:
         from torchrl.envs import DoubleToFloat, TransformedEnv
         from torchrl.envs.libs.gym import GymWrapper
 
-        vec = gym.make_vec("HalfCheetah-v5", num_envs=self.num_envs, vectorization_mode="sync",
-                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED})
+        vec = gym.make_vec(
+            "HalfCheetah-v5",
+            num_envs=self.num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+        )
         return TransformedEnv(GymWrapper(vec), DoubleToFloat())
 
 
@@ -91,8 +96,10 @@ def throughput(evaluators: dict, num_envs: int, episodes: int, repeats: int) -> 
     process, which runs the thread backend) is steadier than wall time on a
     shared VM and shows the evaluator's own overhead.
     """
-    built = {name: cls(make_cheetah(num_envs), mlp(), num_trajectories=episodes, max_steps=1000)
-             for name, cls in evaluators.items()}
+    built = {
+        name: cls(make_cheetah(num_envs), mlp(), num_trajectories=episodes, max_steps=1000)
+        for name, cls in evaluators.items()
+    }
     out = {name: {"rate": [], "cpu": []} for name in built}
     try:
         for ev in built.values():
@@ -115,8 +122,12 @@ def trigger_times(evaluator_cls, backend: str, n: int = 21, **kwargs) -> tuple[f
     previous result ("hot") and after 50 ms of idle training-side time ("idle")."""
     policy = big_policy_factory()
     ev = evaluator_cls(
-        CheetahFactory(1, plain=True), policy_factory=big_policy_factory, num_trajectories=1, max_steps=5,
-        backend=backend, **kwargs,
+        CheetahFactory(1, plain=True),
+        policy_factory=big_policy_factory,
+        num_trajectories=1,
+        max_steps=5,
+        backend=backend,
+        **kwargs,
     )
     hot, idle = [], []
     try:
@@ -148,16 +159,20 @@ def main() -> None:
 
     n_params = sum(p.numel() for p in big_policy_factory().parameters())
     print(f"machine: {machine()}")
-    print(f"work: HalfCheetah-v5, {args.num_envs} sub-envs, {args.num_envs} episodes x 1000 steps, MLP 17-64-64-6, "
-          f"deterministic; median of {args.repeats}\n")
+    print(
+        f"work: HalfCheetah-v5, {args.num_envs} sub-envs, {args.num_envs} episodes x 1000 steps, MLP 17-64-64-6, "
+        f"deterministic; median of {args.repeats}\n"
+    )
 
     runs = throughput({"simeval": Evaluator, "torchrl": Anchor}, args.num_envs, args.num_envs, args.repeats)
     med = {k: (statistics.median(v["rate"]), statistics.median(v["cpu"])) for k, v in runs.items()}
     print(f"{'evaluator':<32}{'env-steps/s':>12}{'CPU s/round':>13}   env-steps/s of each run")
     for key, label in (("simeval", "simeval.Evaluator"), ("torchrl", "torchrl.collectors.Evaluator")):
         print(f"{label:<32}{med[key][0]:>12,.0f}{med[key][1]:>13.2f}   {[round(r) for r in runs[key]['rate']]}")
-    print(f"{'ratio simeval / torchrl':<32}{med['simeval'][0] / med['torchrl'][0]:>12.2f}"
-          f"{med['simeval'][1] / med['torchrl'][1]:>13.2f}   (throughput: higher is better; CPU: lower)\n")
+    print(
+        f"{'ratio simeval / torchrl':<32}{med['simeval'][0] / med['torchrl'][0]:>12.2f}"
+        f"{med['simeval'][1] / med['torchrl'][1]:>13.2f}   (throughput: higher is better; CPU: lower)\n"
+    )
 
     print(f"trigger_eval() with a {n_params / 1e6:.2f}M-parameter policy, median ms (hot / after 50 ms idle):")
     print(f"{'backend':<10}{'simeval':>18}{'torchrl':>18}")

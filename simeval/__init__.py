@@ -5,6 +5,7 @@ mujoco are imported only where they are used, so an Isaac Lab worker can run
 its ``init_fn`` (AppLauncher) before any of them loads. The public names below
 are resolved on first access.
 """
+
 from __future__ import annotations
 
 import importlib

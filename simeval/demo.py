@@ -4,6 +4,7 @@ Runs on embedded defaults with the thread backend: one blocking evaluation,
 then one in the background (trigger, keep "training", wait). The policy is a
 fixed-seed MLP; a trained checkpoint replaces it once checkpoints exist.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,11 +49,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from simeval import Evaluator
 
-    print(f"simeval demo: HalfCheetah-v5, {args.num_envs} batched envs, {args.episodes} episodes of up to "
-          f"{args.max_steps} steps, thread backend, seed {args.seed}\n")
+    print(
+        f"simeval demo: HalfCheetah-v5, {args.num_envs} batched envs, {args.episodes} episodes of up to "
+        f"{args.max_steps} steps, thread backend, seed {args.seed}\n"
+    )
     evaluator = Evaluator(
-        lambda: _env(args.num_envs), policy_factory=_policy, num_trajectories=args.episodes,
-        max_steps=args.max_steps, seed=args.seed,
+        lambda: _env(args.num_envs),
+        policy_factory=_policy,
+        num_trajectories=args.episodes,
+        max_steps=args.max_steps,
+        seed=args.seed,
     )
     try:
         policy = _policy(seed=1)
@@ -63,9 +69,11 @@ def main(argv: list[str] | None = None) -> None:
             time.sleep(0.05)
         background = evaluator.wait()
         print(table([("evaluate()", blocking), ("trigger_eval()", background)]))
-        print(f"\nbackground round returned after {time.perf_counter() - start:.1f} s; "
-              "same weights and seed, same numbers: "
-              f"{blocking['eval/reward'] == background['eval/reward']}")
+        print(
+            f"\nbackground round returned after {time.perf_counter() - start:.1f} s; "
+            "same weights and seed, same numbers: "
+            f"{blocking['eval/reward'] == background['eval/reward']}"
+        )
     finally:
         evaluator.shutdown()
 

@@ -1,4 +1,5 @@
 """The one exception a failed evaluation raises, on every backend."""
+
 from __future__ import annotations
 
 import traceback

@@ -9,6 +9,7 @@ or ``poll`` and nothing stays pending.
 This module imports no torch at import time, so a training script can import
 simeval before its simulator's ``init_fn`` has run.
 """
+
 from __future__ import annotations
 
 import logging
@@ -225,7 +226,9 @@ class Evaluator:
         return self
 
     # -- synchronous ------------------------------------------------------
-    def evaluate(self, weights: Any = None, step: int | None = None, *, weights_dict: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, weights: Any = None, step: int | None = None, *, weights_dict: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Run one evaluation round and return its metrics (blocking).
 
         If an asynchronous evaluation is running, ``busy_policy="error"``
@@ -246,17 +249,7 @@ class Evaluator:
                     "evaluate() called while an asynchronous evaluation is pending: call wait() "
                     "first, or use busy_policy='queue' to run it after the pending ones."
                 )
-            request = _Request(self._next_step(step), None, sync=True)
-            if busy:
-                from simeval.weights import snapshot
-
-                request.weights = snapshot(sources) if sources else None
-                self._queue.append(request)
-            else:
-                request.weights = sources
-                self._current = request
-        if not busy:
-            self._launch(request)
+        request = self._submit(sources, step, sync=True)
         with self._cond:
             self._cond.wait_for(lambda: request.outcome is not _WAITING)
         if isinstance(request.outcome, BaseException):
@@ -265,7 +258,9 @@ class Evaluator:
         return request.outcome
 
     # -- asynchronous -----------------------------------------------------
-    def trigger_eval(self, weights: Any = None, step: int | None = None, *, weights_dict: Mapping[str, Any] | None = None) -> bool:
+    def trigger_eval(
+        self, weights: Any = None, step: int | None = None, *, weights_dict: Mapping[str, Any] | None = None
+    ) -> bool:
         """Start an evaluation in the background.
 
         Returns True when the request was started or queued, False when
@@ -276,51 +271,25 @@ class Evaluator:
             busy = self._current is not None or bool(self._queue)
             if busy and self._busy_policy == "error":
                 raise RuntimeError(
-                    "Evaluation already pending. Wait for completion or set "
-                    "busy_policy='queue' (or 'skip')."
+                    "Evaluation already pending. Wait for completion or set busy_policy='queue' (or 'skip')."
                 )
             if busy and self._busy_policy == "skip":
                 return False
-        sources = self._sources(weights, weights_dict)
-        with self._cond:
-            request = _Request(self._next_step(step), None, sync=False)
-            busy = self._current is not None or bool(self._queue)
-            if busy:
-                from simeval.weights import snapshot
-
-                request.weights = snapshot(sources) if sources else None
-                self._queue.append(request)
-            else:
-                request.weights = sources
-                self._current = request
-        if not busy:
-            self._launch(request)
+        self._submit(self._sources(weights, weights_dict), step, sync=False)
         return True
 
     def poll(self, timeout: float = 0) -> dict[str, Any] | None:
         """The next finished result, or None if none is ready within ``timeout`` seconds."""
-        with self._cond:
-            if timeout and timeout > 0:
+        if timeout and timeout > 0:
+            with self._cond:
                 self._cond.wait_for(lambda: bool(self._ready), timeout)
-            if not self._ready:
-                return None
-            outcome = self._ready.popleft()
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return self._pop_ready()
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Block until a background evaluation finishes; None at once if none is pending."""
         with self._cond:
-            self._cond.wait_for(
-                lambda: bool(self._ready) or (self._current is None and not self._queue), timeout
-            )
-            if not self._ready:
-                return None
-            outcome = self._ready.popleft()
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+            self._cond.wait_for(lambda: bool(self._ready) or (self._current is None and not self._queue), timeout)
+        return self._pop_ready()
 
     @property
     def pending(self) -> bool:
@@ -386,6 +355,33 @@ class Evaluator:
         from simeval.weights import as_weights
 
         return {k: as_weights(v) for k, v in sources.items()}
+
+    def _submit(self, sources: Mapping[str, Any] | None, step: int | None, sync: bool) -> _Request:
+        """Start the request now if idle, else queue it with a private copy of the weights."""
+        with self._cond:
+            request = _Request(self._next_step(step), None, sync=sync)
+            busy = self._current is not None or bool(self._queue)
+            if busy:
+                from simeval.weights import snapshot
+
+                request.weights = snapshot(sources) if sources else None
+                self._queue.append(request)
+            else:
+                request.weights = sources
+                self._current = request
+        if not busy:
+            self._launch(request)
+        return request
+
+    def _pop_ready(self) -> dict[str, Any] | None:
+        """The oldest ready result (None if there is none); a failed round raises its EvalError."""
+        with self._cond:
+            if not self._ready:
+                return None
+            outcome = self._ready.popleft()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _launch(self, request: _Request) -> None:
         request.future.add_done_callback(lambda fut, req=request: self._settle(req, fut))

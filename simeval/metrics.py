@@ -3,6 +3,7 @@
 No torch here: episodes arrive as plain sequences, so the same code formats
 results from every backend and can be tested without a simulator.
 """
+
 from __future__ import annotations
 
 import math

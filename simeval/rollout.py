@@ -6,6 +6,7 @@ before the round (see ``metrics.episode_quotas``), every env is reset at the
 start of the round, and episodes are reported in (sub-env, order) order, so
 the outcome does not depend on timing, batching or backend.
 """
+
 from __future__ import annotations
 
 import threading
@@ -91,7 +92,7 @@ class EpisodeTally:
     def episodes(self) -> tuple[list[float], list[int], list[int]]:
         if not self._kept:
             return [], [], []
-        env_idx, ordinal, returns, lengths, ids = (torch.cat(x) for x in zip(*self._kept))
+        env_idx, ordinal, returns, lengths, ids = (torch.cat(x) for x in zip(*self._kept, strict=True))
         order = torch.argsort(env_idx * (int(ordinal.max()) + 1) + ordinal)
         return returns[order].tolist(), lengths[order].tolist(), ids[order].tolist()
 

@@ -1,4 +1,5 @@
 """What a worker needs to run evaluation rounds, as plain picklable data."""
+
 from __future__ import annotations
 
 import importlib
@@ -17,9 +18,7 @@ def as_key(key: NestedKey) -> tuple[str, ...]:
         return as_key(key[0])
     if isinstance(key, (list, tuple)) and all(isinstance(k, str) for k in key):
         return tuple(key)
-    raise ValueError(
-        f"expected a nested key such as ('next', 'reward'), got {key!r}; pass one key."
-    )
+    raise ValueError(f"expected a nested key such as ('next', 'reward'), got {key!r}; pass one key.")
 
 
 @dataclass
@@ -45,9 +44,7 @@ def resolve_callable(ref: str | Callable, what: str) -> Callable:
     if callable(ref):
         return ref
     if not isinstance(ref, str) or ref.count(":") != 1:
-        raise ValueError(
-            f"{what} must be a callable or a 'module:function' string, got {ref!r}."
-        )
+        raise ValueError(f"{what} must be a callable or a 'module:function' string, got {ref!r}.")
     module_name, attr = ref.split(":")
     module = importlib.import_module(module_name)
     try:

@@ -7,6 +7,7 @@ wrapped before the workers start). A caller's env instance is frozen only for
 the duration of a round and then restored, so an env shared with training
 keeps updating its statistics between rounds.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -76,8 +77,7 @@ def freeze_owned(env: EnvBase) -> EnvBase:
     batched = _batched(env)
     if batched is not None and batched.is_closed:
         batched.create_env_fn = [
-            f if isinstance(f, _FrozenFactory) else _FrozenFactory(f)
-            for f in batched.create_env_fn
+            f if isinstance(f, _FrozenFactory) else _FrozenFactory(f) for f in batched.create_env_fn
         ]
     return _freeze_all(env)
 
@@ -92,7 +92,7 @@ def frozen_for_round(env: EnvBase) -> Iterator[None]:
     try:
         yield
     finally:
-        for t, was in zip(found, before):
+        for t, was in zip(found, before, strict=True):
             if not was:
                 t.unfreeze()
 
@@ -110,9 +110,7 @@ def _count_is_zero(t: Transform) -> bool:
     if td is None:
         return True
     return any(
-        bool((v == 0).any())
-        for k, v in td.items(True, True)
-        if (k if isinstance(k, str) else k[-1]).endswith("count")
+        bool((v == 0).any()) for k, v in td.items(True, True) if (k if isinstance(k, str) else k[-1]).endswith("count")
     )
 
 

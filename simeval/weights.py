@@ -6,6 +6,7 @@ of submodules that keep their data outside parameters and buffers. VecNorm is
 the case that matters: its running loc/var/count live in extra state, so a
 plain ``TensorDict.from_module(vecnorm)`` silently drops them.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,9 +30,7 @@ def as_weights(source: WeightSource) -> TensorDictBase:
     if isinstance(source, TensorDictBase):
         return source
     if not isinstance(source, nn.Module):
-        raise TypeError(
-            f"weights must be an nn.Module or a TensorDict, got {type(source).__name__}."
-        )
+        raise TypeError(f"weights must be an nn.Module or a TensorDict, got {type(source).__name__}.")
     td = TensorDict.from_module(source, as_module=False).detach()
     extra = {}
     for name, sub in source.named_modules():
@@ -42,9 +41,7 @@ def as_weights(source: WeightSource) -> TensorDictBase:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # VecNorm warns when it has no stats yet
             state = sub.get_extra_state()
-        if isinstance(state, Mapping) and state and all(
-            isinstance(v, torch.Tensor) for v in state.values()
-        ):
+        if isinstance(state, Mapping) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
             extra[name or "."] = TensorDict({k: v.detach() for k, v in state.items()})
     if extra:
         td.set(EXTRA, TensorDict(extra))
@@ -58,10 +55,7 @@ def extract_weights(module: nn.Module) -> TensorDictBase:
 
 def layout(td: TensorDictBase) -> tuple:
     """Keys, shapes and dtypes of every leaf: equal layouts can share a buffer."""
-    return tuple(
-        (key, tuple(v.shape), v.dtype)
-        for key, v in sorted(td.items(True, True), key=lambda kv: str(kv[0]))
-    )
+    return tuple((key, tuple(v.shape), v.dtype) for key, v in sorted(td.items(True, True), key=lambda kv: str(kv[0])))
 
 
 class LocalStaging:
@@ -113,9 +107,7 @@ def resolve_model(roots: Mapping[str, Any], model_id: str) -> nn.Module:
         name, index = m.groups()
         if first:
             if name not in roots:
-                raise ValueError(
-                    f"unknown model id {model_id!r}: it must start with one of {sorted(roots)}."
-                )
+                raise ValueError(f"unknown model id {model_id!r}: it must start with one of {sorted(roots)}.")
             obj, first = roots[name], False
         elif name is not None:
             obj = getattr(obj, name)

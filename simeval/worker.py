@@ -5,6 +5,7 @@ actor), so the same weights and seed give the same numbers everywhere. Its
 results are plain Python (and NumPy for video) so they cross process
 boundaries without torch's shared-memory pickling.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,7 +57,7 @@ def _episode_return_key(env, reward_key: tuple) -> tuple | None:
     for t in vecnorm.iter_transforms(env):
         if not isinstance(t, RewardSum):
             continue
-        for in_key, out_key in zip(t.in_keys, t.out_keys):
+        for in_key, out_key in zip(t.in_keys, t.out_keys, strict=False):
             in_key = (in_key,) if isinstance(in_key, str) else tuple(in_key)
             out_key = (out_key,) if isinstance(out_key, str) else tuple(out_key)
             if ("next", *in_key) == tuple(reward_key):
@@ -94,7 +95,7 @@ def _max_steps_for_round(env, max_steps: int | None):
     try:
         yield
     finally:
-        for c, b in zip(counters, before):
+        for c, b in zip(counters, before, strict=True):
             c.max_steps = b
 
 
@@ -240,9 +241,12 @@ class EvalWorker:
         self.build()
         self.load(weights)
         spec = self.spec
-        with vecnorm.frozen_for_round(self.env), _eval_mode(self.policy), _max_steps_for_round(
-            self.env, spec.max_steps
-        ), torch.inference_mode():
+        with (
+            vecnorm.frozen_for_round(self.env),
+            _eval_mode(self.policy),
+            _max_steps_for_round(self.env, spec.max_steps),
+            torch.inference_mode(),
+        ):
             vecnorm.check_stats(self.env)
             if spec.seed is not None and self.owns_process:
                 torch.manual_seed(spec.seed)

@@ -1,4 +1,5 @@
 """Test-session set-up: loopback-only Ray, and no silent skips in CI."""
+
 from __future__ import annotations
 
 import os

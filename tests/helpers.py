@@ -1,8 +1,8 @@
 """Factories shared by the tests; module-level so worker processes can import them."""
+
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 import torch
@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.data import Bounded, Composite, Unbounded
-from torchrl.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
+from torchrl.envs import EnvBase, RewardSum, TransformedEnv
 from torchrl.envs.transforms import Transform, VecNormV2
 
 # What the last env factory built in this process: lets metrics_fn (which runs
@@ -26,9 +26,7 @@ class CountEnv(EnvBase):
     bias towards short episodes, shows up as a wrong number.
     """
 
-    def __init__(
-        self, lengths, fail_at_step: int | None = None, exit_at_step: int | None = None, pixels: bool = False
-    ):
+    def __init__(self, lengths, fail_at_step: int | None = None, exit_at_step: int | None = None, pixels: bool = False):
         n = len(lengths)
         self.pixels = pixels
         super().__init__(batch_size=torch.Size([n]))
@@ -59,9 +57,7 @@ class CountEnv(EnvBase):
         else:
             self.t[mask.view(-1)] = 0
         zeros = torch.zeros(self.batch_size + (1,), dtype=torch.bool)
-        return TensorDict(
-            **self._observations(), done=zeros, terminated=zeros.clone(), batch_size=self.batch_size
-        )
+        return TensorDict(**self._observations(), done=zeros, terminated=zeros.clone(), batch_size=self.batch_size)
 
     def _step(self, tensordict):
         self.total_steps += 1

@@ -1,4 +1,5 @@
 """Section 2: the seed's constructor, methods, result keys and busy policies."""
+
 from __future__ import annotations
 
 import functools
@@ -90,8 +91,16 @@ def test_result_keys_are_the_seeds_plus_ci_and_all_scalars():
     finally:
         ev.shutdown()
     expected = {
-        "eval/reward", "eval/reward_std", "eval/num_episodes", "eval/episode_length", "eval/fps",
-        "eval/step", "eval/reward_ci_low", "eval/reward_ci_high", "eval/mean_action", "eval/frame_count",
+        "eval/reward",
+        "eval/reward_std",
+        "eval/num_episodes",
+        "eval/episode_length",
+        "eval/fps",
+        "eval/step",
+        "eval/reward_ci_low",
+        "eval/reward_ci_high",
+        "eval/mean_action",
+        "eval/frame_count",
     }
     assert expected <= set(result)
     assert result["eval/step"] == 7 and result["eval/num_episodes"] == 4
@@ -106,7 +115,9 @@ def test_result_keys_are_the_seeds_plus_ci_and_all_scalars():
 
 
 def test_keep_episodes_adds_per_episode_tensors():
-    ev = Evaluator(count_env, policy_factory=functools.partial(const_policy, w=2.0), num_trajectories=3, keep_episodes=True)
+    ev = Evaluator(
+        count_env, policy_factory=functools.partial(const_policy, w=2.0), num_trajectories=3, keep_episodes=True
+    )
     try:
         result = ev.evaluate()
     finally:

@@ -1,4 +1,5 @@
 """Section 3: where each backend builds and runs things, init_fn order, named Ray evaluators."""
+
 from __future__ import annotations
 
 import functools
@@ -48,13 +49,17 @@ def test_remote_backends_run_the_env_in_another_process(backend):
 
 
 def test_ray_actor_really_requests_the_gpus(ray_cluster):
-    ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, backend="ray", num_gpus=1)
+    ev = Evaluator(
+        count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, backend="ray", num_gpus=1
+    )
     try:
         result = ev.evaluate()
     finally:
         ev.shutdown()
     assert result["eval/cuda_visible"] == 0.0  # Ray gave the actor logical GPU 0
-    no_gpu = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, backend="ray", num_gpus=0)
+    no_gpu = Evaluator(
+        count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, backend="ray", num_gpus=0
+    )
     try:
         assert no_gpu.evaluate()["eval/cuda_visible"] == -1.0
     finally:
@@ -79,7 +84,9 @@ def test_dump_video_runs_after_each_round_where_the_env_lives(backend, tmp_path)
 
 def test_dump_video_false_skips_dump(tmp_path):
     path = tmp_path / "dumps.txt"
-    ev = Evaluator(functools.partial(probe_env, str(path)), policy_factory=const_policy, num_trajectories=1, dump_video=False)
+    ev = Evaluator(
+        functools.partial(probe_env, str(path)), policy_factory=const_policy, num_trajectories=1, dump_video=False
+    )
     try:
         ev.evaluate()
     finally:
@@ -165,13 +172,19 @@ CONNECT_SCRIPT = textwrap.dedent(
 
 def test_named_ray_evaluator_is_reachable_from_another_process(ray_cluster, tmp_path):
     ev = Evaluator(
-        count_env, policy_factory=const_policy, num_trajectories=2, backend="ray", num_gpus=0,
-        log_prefix="served", ray_kwargs={"name": "simeval-test-served"},
+        count_env,
+        policy_factory=const_policy,
+        num_trajectories=2,
+        backend="ray",
+        num_gpus=0,
+        log_prefix="served",
+        ray_kwargs={"name": "simeval-test-served"},
     )
     try:
         assert ev.evaluate(const_policy(w=1.0))["served/reward"] == 3.0
         out = _run_script(
-            tmp_path, CONNECT_SCRIPT.format(tests=os.path.join(REPO, "tests")),
+            tmp_path,
+            CONNECT_SCRIPT.format(tests=os.path.join(REPO, "tests")),
             env_extra={"RAY_ADDRESS": _ray_address(ray_cluster)},
         )
         assert out.returncode == 0, out.stderr[-3000:]
@@ -192,12 +205,16 @@ def test_import_simeval_is_light():
         "heavy = [m for m in ('torch','tensordict','torchrl','ray','mujoco') if m in sys.modules]; "
         "print(heavy); assert not heavy, heavy"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO)
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_recorded_frames_come_back_as_video_and_are_dumped(backend, tmp_path):
-    ev = Evaluator(functools.partial(video_env, str(tmp_path)), policy_factory=const_policy, num_trajectories=1, backend=backend)
+    ev = Evaluator(
+        functools.partial(video_env, str(tmp_path)), policy_factory=const_policy, num_trajectories=1, backend=backend
+    )
     try:
         result = ev.evaluate(step=3)
     finally:
@@ -213,7 +230,7 @@ def test_ray_backend_starts_a_local_cluster_when_none_is_running(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {os.path.join(REPO, 'tests')!r})
+        sys.path.insert(0, {os.path.join(REPO, "tests")!r})
         from helpers import const_policy, count_env
         from simeval import Evaluator
         ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, backend="ray", num_gpus=0)
@@ -229,8 +246,12 @@ def test_ray_backend_starts_a_local_cluster_when_none_is_running(tmp_path):
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     try:
         out = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
-            env=dict(env, PYTHONPATH=REPO), cwd=tmp_path,
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=dict(env, PYTHONPATH=REPO),
+            cwd=tmp_path,
         )
     finally:
         import shutil
@@ -246,7 +267,9 @@ def test_weight_sync_schemes_select_process_isolation_as_in_torchrl():
     schemes = {"policy": SharedMemWeightSyncScheme()}
     with pytest.raises(ValueError, match="requires `env` to be a callable"):
         Evaluator(count_env(), const_policy(), weight_sync_schemes=schemes)
-    ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, weight_sync_schemes=schemes)
+    ev = Evaluator(
+        count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=where_am_i, weight_sync_schemes=schemes
+    )
     try:
         assert ev.backend_name == "process"
         result = ev.evaluate(const_policy(w=2.0))

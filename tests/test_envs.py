@@ -1,4 +1,5 @@
 """Section 10: batched gymnasium MuJoCo envs."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,13 @@ from torchrl.envs.transforms import RewardSum, StepCounter, VecNormV2
 from simeval.envs import make_env
 from simeval.vecnorm import iter_transforms
 
-TASKS = {"HalfCheetah-v5": (17, 6), "Hopper-v5": (11, 3), "Walker2d-v5": (17, 6), "Ant-v5": (105, 8), "InvertedPendulum-v5": (4, 1)}
+TASKS = {
+    "HalfCheetah-v5": (17, 6),
+    "Hopper-v5": (11, 3),
+    "Walker2d-v5": (17, 6),
+    "Ant-v5": (105, 8),
+    "InvertedPendulum-v5": (4, 1),
+}
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -49,7 +56,10 @@ def test_seeded_envs_reset_identically_and_sub_envs_differ():
 def test_obs_norm_statistics_do_not_depend_on_num_envs():
     small, big = make_env("HalfCheetah-v5", num_envs=1), make_env("HalfCheetah-v5", num_envs=4)
     try:
-        shapes = [next(t for t in iter_transforms(e) if isinstance(t, VecNormV2))._loc["observation"].shape for e in (small, big)]
+        shapes = [
+            next(t for t in iter_transforms(e) if isinstance(t, VecNormV2))._loc["observation"].shape
+            for e in (small, big)
+        ]
         assert shapes[0] == shapes[1] == torch.Size([17])
     finally:
         small.close()

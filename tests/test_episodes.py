@@ -1,4 +1,5 @@
 """Sections 4-5: complete episodes, no short-episode bias, no stale episodes, seeds."""
+
 from __future__ import annotations
 
 import functools
@@ -106,8 +107,12 @@ def test_unbatched_env_works():
 
 def test_seed_gives_identical_numbers_every_round(backend):
     ev = Evaluator(
-        functools.partial(cheetah, 2), policy_factory=mlp_policy, num_trajectories=2, max_steps=30,
-        seed=123, backend=backend,
+        functools.partial(cheetah, 2),
+        policy_factory=mlp_policy,
+        num_trajectories=2,
+        max_steps=30,
+        seed=123,
+        backend=backend,
     )
     try:
         weights = mlp_policy(seed=5)
@@ -132,8 +137,13 @@ def test_same_weights_and_seed_give_the_same_numbers_on_every_backend(ray_cluste
     results = {}
     for backend in ("thread", "process", "ray"):
         ev = Evaluator(
-            functools.partial(cheetah, 3), policy_factory=mlp_policy, num_trajectories=5, max_steps=25,
-            seed=2024, backend=backend, keep_episodes=True,
+            functools.partial(cheetah, 3),
+            policy_factory=mlp_policy,
+            num_trajectories=5,
+            max_steps=25,
+            seed=2024,
+            backend=backend,
+            keep_episodes=True,
         )
         try:
             results[backend] = ev.evaluate(weights)

@@ -1,8 +1,10 @@
 """Section 7: failures surface as EvalError, clear `pending`, and never wedge the evaluator."""
+
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 
 import pytest
@@ -15,30 +17,43 @@ def _exploding_env():
     return count_env(lengths=(3,), fail_at_step=5)
 
 
-def _assert_eval_error(excinfo, type_name, message):
+def assert_fails_on_every_path(ev: Evaluator, type_name: str, message: str) -> None:
+    """evaluate(), wait() and poll() each raise the worker's error; pending is cleared each time."""
+    with pytest.raises(EvalError) as excinfo:
+        ev.evaluate()
     err = excinfo.value
-    assert isinstance(err, EvalError)
     assert type_name in str(err) and message in str(err)
     assert "Traceback" in err.remote_traceback and message in err.remote_traceback
+    assert not ev.pending
+    ev.trigger_eval()
+    with pytest.raises(EvalError, match=message):
+        ev.wait(120)
+    assert not ev.pending
+    ev.trigger_eval()
+    deadline = time.time() + 120
+    with pytest.raises(EvalError, match=message):
+        while time.time() < deadline:
+            ev.poll(timeout=0.2)
+    assert not ev.pending
 
 
-def test_env_exception_surfaces_and_the_evaluator_recovers(backend):
-    ev = Evaluator(_exploding_env, policy_factory=const_policy, num_trajectories=4, backend=backend)
+def _env_until_healed(healed: str):
+    """Explodes mid-round until the file ``healed`` exists (read each time the env is built)."""
+    return count_env(lengths=(3,)) if os.path.exists(healed) else _exploding_env()
+
+
+def test_env_exception_surfaces_and_the_evaluator_recovers(backend, tmp_path):
+    healed = tmp_path / "healed"
+    ev = Evaluator(
+        functools.partial(_env_until_healed, str(healed)),
+        policy_factory=const_policy,
+        num_trajectories=4,
+        backend=backend,
+    )
     try:
-        with pytest.raises(EvalError) as excinfo:
-            ev.evaluate()
-        _assert_eval_error(excinfo, "ValueError", "CountEnv exploded on purpose")
-        assert not ev.pending
-        # Async path: the same failure reaches wait() and poll().
-        ev.trigger_eval()
-        with pytest.raises(EvalError, match="exploded"):
-            ev.wait(60)
-        assert not ev.pending
-        ev.trigger_eval()
-        deadline = time.time() + 60
-        with pytest.raises(EvalError, match="exploded"):
-            while time.time() < deadline:
-                ev.poll(timeout=0.2)
+        assert_fails_on_every_path(ev, "ValueError", "CountEnv exploded on purpose")
+        healed.write_text("")
+        assert ev.evaluate()["eval/reward"] == 3.0  # the failed env was thrown away and rebuilt
     finally:
         ev.shutdown()
 
@@ -51,28 +66,17 @@ def test_policy_exception_surfaces(backend):
 
     ev = Evaluator(count_env, policy_factory=bad_policy_factory, num_trajectories=1, backend=backend)
     try:
-        with pytest.raises(EvalError) as excinfo:
-            ev.evaluate()
-        _assert_eval_error(excinfo, "ZeroDivisionError", "policy divided by zero")
+        assert_fails_on_every_path(ev, "ZeroDivisionError", "policy divided by zero")
     finally:
         ev.shutdown()
 
 
-def test_metrics_fn_exception_surfaces_and_next_round_works(backend):
-    calls = {"n": 0}
-
-    def sometimes(td):
-        calls["n"] += 1
-        return failing_metrics(td)
-
-    ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=failing_metrics, backend=backend)
+def test_metrics_fn_exception_surfaces(backend):
+    ev = Evaluator(
+        count_env, policy_factory=const_policy, num_trajectories=1, metrics_fn=failing_metrics, backend=backend
+    )
     try:
-        with pytest.raises(EvalError) as excinfo:
-            ev.evaluate()
-        _assert_eval_error(excinfo, "KeyError", "metrics_fn could not find")
-        with pytest.raises(EvalError):  # it fails again, and again surfaces
-            ev.evaluate()
-        assert not ev.pending
+        assert_fails_on_every_path(ev, "KeyError", "metrics_fn could not find")
     finally:
         ev.shutdown()
 
@@ -80,13 +84,7 @@ def test_metrics_fn_exception_surfaces_and_next_round_works(backend):
 def test_worker_start_up_failure_surfaces(backend):
     ev = Evaluator(env_factory_that_fails, policy_factory=const_policy, num_trajectories=1, backend=backend)
     try:
-        with pytest.raises(EvalError) as excinfo:
-            ev.evaluate()
-        _assert_eval_error(excinfo, "RuntimeError", "env factory refused to build")
-        assert not ev.pending
-        ev.trigger_eval()
-        with pytest.raises(EvalError, match="env factory refused"):
-            ev.wait(120)
+        assert_fails_on_every_path(ev, "RuntimeError", "env factory refused to build")
     finally:
         ev.shutdown()
 

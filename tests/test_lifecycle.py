@@ -1,4 +1,5 @@
 """Sections 8-9: concurrency, shutdown, and weights staged in place."""
+
 from __future__ import annotations
 
 import functools
@@ -88,7 +89,9 @@ def test_ray_shutdown_kills_the_actor(ray_cluster):
 
 def test_process_backend_writes_weights_in_place(no_leaks):
     ev = Evaluator(
-        count_env, policy_factory=functools.partial(mlp_policy, obs_dim=1, act_dim=1), num_trajectories=1,
+        count_env,
+        policy_factory=functools.partial(mlp_policy, obs_dim=1, act_dim=1),
+        num_trajectories=1,
         backend="process",
     )
     try:

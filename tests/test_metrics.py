@@ -1,4 +1,5 @@
 """metrics.py: pure functions, checked against direct computation."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Section 6: VecNorm is frozen everywhere and its statistics travel in weights_dict."""
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,13 @@ def test_training_statistics_reach_the_eval_env_on_every_backend(backend):
     train_vn = vecnorm_of(train_env)
     policy = mlp_policy(seed=1)
     ev = Evaluator(
-        _eval_env, policy_factory=mlp_policy, num_trajectories=2, max_steps=10, seed=0,
-        metrics_fn=built_vecnorm_stats, backend=backend,
+        _eval_env,
+        policy_factory=mlp_policy,
+        num_trajectories=2,
+        max_steps=10,
+        seed=0,
+        metrics_fn=built_vecnorm_stats,
+        backend=backend,
     )
     try:
         result = ev.evaluate(weights_dict={"policy": policy, "env.transform[2]": train_vn})

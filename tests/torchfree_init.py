@@ -1,4 +1,5 @@
 """An init_fn module as an Isaac Lab user would write it: nothing heavy at import."""
+
 import os
 import sys
 

@@ -9,6 +9,7 @@ Lab's AppLauncher) must run before that. Here the order is explicit:
 unpickle the env / policy factories (unpickling may import torch), build the
 worker and serve requests over the socket inherited as FD.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,9 @@ def _run_init_fn(init_fn) -> None:
     if init_fn is None:
         return
     if isinstance(init_fn, bytes):
-        import cloudpickle  # noqa: F401  (cloudpickle's loader is plain pickle)
         import pickle
+
+        import cloudpickle  # noqa: F401  (cloudpickle's loader is plain pickle)
 
         init_fn = pickle.loads(init_fn)
     from simeval.spec import resolve_callable

@@ -1,4 +1,5 @@
 """The contract between the Evaluator and a backend."""
+
 from __future__ import annotations
 
 import abc

@@ -6,6 +6,7 @@ shared memory written in place (``shm.py``); torchrl's weight-sync schemes
 are not used here because they need multiprocessing-spawned children, whose
 start-up re-imports ``__main__`` before ``init_fn`` can run.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ Weights travel through Ray's object store. A named actor (``ray_kwargs=
 {"name": ...}``) is detached and can be reached from any process on the
 cluster with :func:`simeval.connect`.
 """
+
 from __future__ import annotations
 
 import os

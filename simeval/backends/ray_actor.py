@@ -1,4 +1,5 @@
 """The Ray actor class. No torch at module level: ``init_fn`` runs first in the actor."""
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ allocation of the model's size per trigger). The child maps the same block by
 name and builds tensor views over it from the layout, which travels as plain
 data, so nothing torch-specific is ever pickled between the processes.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """Thread backend: one daemon thread owns the env and policy."""
+
 from __future__ import annotations
 
 import queue

@@ -1,4 +1,5 @@
 """Batched simulator envs for tests and the demo."""
+
 from __future__ import annotations
 
 from simeval.envs.gym import MUJOCO_TASKS, make_env

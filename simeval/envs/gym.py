@@ -4,6 +4,7 @@ Sub-envs run in one process through gymnasium's SyncVectorEnv with
 autoreset disabled, so torchrl drives partial resets itself (``_reset``
 masks) and no spawned worker processes are needed.
 """
+
 from __future__ import annotations
 
 MUJOCO_TASKS = (
@@ -51,8 +52,7 @@ def make_env(
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if name not in gym.registry:
         raise ValueError(
-            f"unknown env {name!r}: not a registered gymnasium id "
-            f"(MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
+            f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
         )
     vec = gym.make_vec(
         name,
