@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.simeval-installed
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml constraints-ci.txt
 demo: $(STAMP)
 	$(PY) -m simeval.demo
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check simeval tests benchmarks
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_evaluator.py

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torchrl.envs.transforms import RewardSum, StepCounter, VecNormV2
 
-from simeval.envs import make_env
+from simeval.envs import OBS_NORM_ID, make_env
 from simeval.vecnorm import iter_transforms
 
 TASKS = {
@@ -69,3 +69,13 @@ def test_obs_norm_statistics_do_not_depend_on_num_envs():
 def test_unknown_env_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown env 'HalfCheeta-v5'"):
         make_env("HalfCheeta-v5")
+
+
+def test_obs_norm_id_names_the_vecnorm():
+    from simeval.weights import resolve_model
+
+    env = make_env("Hopper-v5", num_envs=1)
+    try:
+        assert isinstance(resolve_model({"env": env}, OBS_NORM_ID), VecNormV2)
+    finally:
+        env.close()

@@ -10,6 +10,7 @@ import torch
 from helpers import built_vecnorm_stats, cheetah, mlp_policy, vecnorm_of, warmed_cheetah
 
 from simeval import EvalError, Evaluator
+from simeval.envs import OBS_NORM_ID
 
 
 def _eval_env():
@@ -30,9 +31,9 @@ def test_training_statistics_reach_the_eval_env_on_every_backend(backend):
         backend=backend,
     )
     try:
-        result = ev.evaluate(weights_dict={"policy": policy, "env.transform[2]": train_vn})
+        result = ev.evaluate(weights_dict={"policy": policy, OBS_NORM_ID: train_vn})
         # A second round with the same statistics: frozen, so nothing moved.
-        again = ev.evaluate(weights_dict={"policy": policy, "env.transform[2]": train_vn})
+        again = ev.evaluate(weights_dict={"policy": policy, OBS_NORM_ID: train_vn})
     finally:
         ev.shutdown()
     assert result["eval/vecnorm_count"] == float(train_vn._count["observation"]) > 0
@@ -50,7 +51,7 @@ def test_statistics_apply_through_torchrls_own_normalisation():
     shipped = Evaluator(_eval_env, policy_factory=mlp_policy, num_trajectories=2, max_steps=12, seed=9)
     direct = Evaluator(train_env, mlp_policy(), num_trajectories=2, max_steps=12, seed=9)
     try:
-        a = shipped.evaluate(weights_dict={"policy": policy, "env.transform[2]": vecnorm_of(train_env)})
+        a = shipped.evaluate(weights_dict={"policy": policy, OBS_NORM_ID: vecnorm_of(train_env)})
         b = direct.evaluate(policy)
     finally:
         shipped.shutdown()

@@ -101,7 +101,8 @@ class RayBackend(Backend):
         if weights:
             from simeval.weights import as_weights
 
-            payload = {k: as_weights(v).cpu().clone() for k, v in weights.items()}
+            # One copy to CPU (training keeps changing its tensors); Ray ships it from there.
+            payload = {k: as_weights(v).apply(lambda t: t.detach().to("cpu", copy=True)) for k, v in weights.items()}
         self._thread = threading.Thread(
             target=self._run, args=(self._actor, step, payload, future), name="simeval-ray-waiter", daemon=True
         )

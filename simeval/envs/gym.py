@@ -7,6 +7,9 @@ masks) and no spawned worker processes are needed.
 
 from __future__ import annotations
 
+# The model id of make_env's VecNormV2, for weights_dict={OBS_NORM_ID: train_env.transform[2]}.
+OBS_NORM_ID = "env.transform[2]"
+
 MUJOCO_TASKS = (
     "HalfCheetah-v5",
     "Hopper-v5",
