@@ -118,6 +118,10 @@ def batch_steps(max_steps: int | None, num_envs: int, max_frames: int = 1 << 18)
 class EvalWorker:
     """Builds env and policy (lazily, where it runs), loads weights, runs rounds."""
 
+    # Set by the process and Ray backends: this worker is alone in its process, so
+    # seeding torch's global RNG and choosing torch's thread count are its to do.
+    owns_process = False
+
     def __init__(
         self,
         spec: EvalSpec,
@@ -146,10 +150,6 @@ class EvalWorker:
             self.env = vecnorm.freeze_owned(self._env_factory())
         if self.policy is None:
             self.policy = self._policy_factory(self.env)
-        if self.owns_process and self._policy_is_on_cpu():
-            # One intra-op thread: small CPU policies run faster, and an eval worker
-            # beside training should not take every core from it.
-            torch.set_num_threads(1)
         if self.spec.device is not None:
             self._device = torch.device(self.spec.device)
         else:
@@ -157,6 +157,10 @@ class EvalWorker:
                 self._device = next(self.policy.parameters()).device
             except (AttributeError, StopIteration):
                 self._device = torch.device("cpu")
+        if self.owns_process and self._device.type == "cpu":
+            # One intra-op thread: small CPU policies run faster, and an eval worker
+            # beside training should not take every core from it.
+            torch.set_num_threads(1)
         if not _step_counters(self.env):
             # Count steps ourselves rather than letting the collector wrap the env: its
             # wrapper would clone the transforms, and freezing or loading VecNorm
@@ -175,14 +179,6 @@ class EvalWorker:
         with vecnorm.frozen_for_round(self.env), _eval_mode(self.policy), torch.no_grad():
             self._collector = self._make_collector()
         self.env = self._collector.env
-
-    def _policy_is_on_cpu(self) -> bool:
-        if self.spec.device is not None:
-            return torch.device(self.spec.device).type == "cpu"
-        try:
-            return next(self.policy.parameters()).device.type == "cpu"
-        except (AttributeError, StopIteration):
-            return True
 
     def _make_collector(self):
         spec = self.spec
@@ -270,10 +266,6 @@ class EvalWorker:
         if spec.dump_video:
             raw["video"] = self._dump_video(step)
         return raw
-
-    # Set by the process and Ray backends: this worker is alone in its process, so
-    # seeding torch's global RNG and choosing torch's thread count are its to do.
-    owns_process = False
 
     def _dump_video(self, step: int):
         """Collect recorded frames, then ``dump(step=...)`` every VideoRecorder."""
