@@ -17,9 +17,12 @@ _LAZY = {
     "Evaluator": "simeval.evaluator",
     "connect": "simeval.evaluator",
     "EvalError": "simeval.errors",
+    "save_checkpoint": "simeval.checkpoint",
+    "load_checkpoint": "simeval.checkpoint",
+    "CheckpointError": "simeval.checkpoint",
 }
 
-__all__ = ["Evaluator", "EvalError", "connect", "__version__"]
+__all__ = ["Evaluator", "EvalError", "connect", "save_checkpoint", "load_checkpoint", "CheckpointError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

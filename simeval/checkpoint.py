@@ -1,0 +1,173 @@
+"""Checkpoints that cannot run code: tensors and plain data, loaded with weights_only.
+
+Format (a ``torch.save``'d dict, read back with ``torch.load(weights_only=True)``):
+
+    format          "simeval-checkpoint/1"
+    step            training step (int)
+    env             env name the policy was trained on, or None
+    policy          {"a/b/c": tensor}: the policy's weights (TensorDict leaves)
+    obs_norm        {"a/b": tensor} or None: the VecNorm module's weights and
+                    running statistics (its extra state), as simeval.weights stores them
+    policy_factory  "module:function" that builds the policy from the env, and
+    policy_kwargs   its keyword arguments (JSON-able), or None if unknown
+
+Writes are atomic (temporary file in the same directory, fsync, rename), so a
+watcher never sees half a file.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT = "simeval-checkpoint/1"
+_SEP = "/"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or does not fit; the message names the file."""
+
+
+@dataclass
+class Checkpoint:
+    path: str
+    step: int
+    env: str | None
+    policy: Any  # TensorDict of the policy's weights
+    obs_norm: Any = None  # TensorDict of VecNorm weights + statistics, or None
+    policy_factory: str | None = None
+    policy_kwargs: dict = field(default_factory=dict)
+
+    @property
+    def weights_dict(self) -> dict[str, Any]:
+        """``weights_dict`` for Evaluator: policy weights, plus make_env's VecNorm statistics."""
+        from simeval.envs import OBS_NORM_ID
+
+        out = {"policy": self.policy}
+        if self.obs_norm is not None:
+            out[OBS_NORM_ID] = self.obs_norm
+        return out
+
+
+def _flatten(td) -> dict[str, Any]:
+    out = {}
+    for key, value in td.items(True, True):
+        parts = (key,) if isinstance(key, str) else key
+        if any(_SEP in p for p in parts):
+            raise ValueError(f"cannot store key {key!r}: it contains {_SEP!r}.")
+        out[_SEP.join(parts)] = value.detach().cpu().clone()
+    return out
+
+
+def _unflatten(flat: dict[str, Any]):
+    from tensordict import TensorDict
+
+    td = TensorDict()
+    for key, value in flat.items():
+        td.set(tuple(key.split(_SEP)), value)
+    return td
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    policy,
+    step: int,
+    obs_norm=None,
+    env: str | None = None,
+    *,
+    policy_factory: str | None = None,
+    policy_kwargs: dict | None = None,
+) -> str:
+    """Write a checkpoint atomically and return its path.
+
+    ``policy`` is an nn.Module (or a weights TensorDict); ``obs_norm`` the
+    training env's VecNorm transform, whose running statistics are kept.
+    The factory defaults to the one stamped on the policy by
+    ``simeval.policies``.
+    """
+    import torch
+
+    from simeval.policies import factory_of
+    from simeval.weights import as_weights
+
+    if policy_factory is None and factory_of(policy) is not None:
+        policy_factory, stamped_kwargs = factory_of(policy)
+        policy_kwargs = stamped_kwargs if policy_kwargs is None else policy_kwargs
+    payload = {
+        "format": FORMAT,
+        "step": int(step),
+        "env": env,
+        "policy": _flatten(as_weights(policy)),
+        "obs_norm": None if obs_norm is None else _flatten(as_weights(obs_norm)),
+        "policy_factory": policy_factory,
+        "policy_kwargs": dict(policy_kwargs or {}),
+    }
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint without unpickling arbitrary objects.
+
+    Raises CheckpointError (one line, naming the file) for a missing,
+    truncated, corrupt, foreign or code-carrying file.
+    """
+    import torch
+
+    path = os.fspath(path)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint file.") from None
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        what = f"it references {found.group(1)}" if found else "it holds objects other than tensors and plain data"
+        raise CheckpointError(f"{path}: refused to load: {what} (only tensors and plain data are allowed).") from None
+    except Exception as exc:  # noqa: BLE001 - truncated zip, not a torch file, ...
+        reason = str(exc).strip().split(". ")[0].splitlines()[0][:160] if str(exc).strip() else ""
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {reason}).") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a simeval checkpoint (no format {FORMAT!r}).")
+    try:
+        return Checkpoint(
+            path=path,
+            step=int(data["step"]),
+            env=data.get("env"),
+            policy=_unflatten(data["policy"]),
+            obs_norm=None if data.get("obs_norm") is None else _unflatten(data["obs_norm"]),
+            policy_factory=data.get("policy_factory"),
+            policy_kwargs=dict(data.get("policy_kwargs") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: malformed simeval checkpoint ({type(exc).__name__}: {exc}).") from None
+
+
+def file_hash(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes (recorded with each result)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,70 @@
+"""Policy factories ``(env, **kwargs) -> policy`` that checkpoints can name.
+
+A factory stamps what built the policy on it (``SIMEVAL_FACTORY``), so
+``save_checkpoint`` records the factory and its keyword arguments and the
+launcher can rebuild the same architecture without ``--policy``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+FACTORY_ATTR = "_simeval_factory"
+
+
+def _stamp(policy, name: str, kwargs: dict[str, Any]):
+    object.__setattr__(policy, FACTORY_ATTR, (name, dict(kwargs)))
+    return policy
+
+
+def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
+    """Tanh-Normal MLP actor (the PPO actor of torchrl's MuJoCo examples).
+
+    ``observation -> MLP(tanh) -> loc``, state-independent scale. Under
+    ``ExplorationType.DETERMINISTIC`` (the evaluator's default) it acts with
+    the distribution's deterministic sample; in training it samples.
+    """
+    import torch
+    from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal
+
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec
+    act_dim = spec.shape[-1]
+    net = torch.nn.Sequential(
+        MLP(in_features=obs_dim, out_features=act_dim, num_cells=list(hidden), activation_class=torch.nn.Tanh),
+        AddStateIndependentNormalScale(act_dim, scale_lb=1e-8),
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        spec=spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": spec.space.low, "high": spec.space.high, "tanh_loc": False},
+        return_log_prob=True,
+    )
+    return _stamp(actor, "simeval.policies:gaussian_actor", {"hidden": list(hidden)})
+
+
+def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
+    """Deterministic tanh MLP: ``observation -> action``."""
+    import torch
+    from tensordict.nn import TensorDictModule
+    from torchrl.modules import MLP
+
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    act_dim = env.action_spec.shape[-1]
+    net = torch.nn.Sequential(
+        MLP(in_features=obs_dim, out_features=act_dim, num_cells=list(hidden), activation_class=torch.nn.Tanh),
+        torch.nn.Tanh(),
+    )
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    return _stamp(policy, "simeval.policies:mlp_policy", {"hidden": list(hidden)})
+
+
+DEFAULT_FACTORY = "simeval.policies:gaussian_actor"
+
+
+def factory_of(policy) -> tuple[str, dict[str, Any]] | None:
+    """``("module:function", kwargs)`` of the factory that built ``policy``, if stamped."""
+    return getattr(policy, FACTORY_ATTR, None)
