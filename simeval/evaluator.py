@@ -62,7 +62,9 @@ class Evaluator:
 
     Arguments, defaults and error messages follow torchrl's ``Evaluator``;
     see the README for the additions (``seed``, ``start_timeout``,
-    ``keep_episodes``, ``busy_policy="skip"``, bootstrap confidence interval).
+    ``keep_episodes``, ``busy_policy="skip"``, bootstrap confidence interval,
+    ``results_path``: the worker appends each result to this JSON-lines file,
+    which keeps a served evaluator's results durable whoever triggers them).
     ``exploration_type`` accepts an ``ExplorationType`` or its name; the
     default is ``ExplorationType.DETERMINISTIC``.
     """
@@ -95,6 +97,7 @@ class Evaluator:
         seed: int | None = None,
         start_timeout: float = 120.0,
         keep_episodes: bool = False,
+        results_path: str | None = None,
     ) -> None:
         if busy_policy not in BUSY_POLICIES:
             raise ValueError(f"Unknown busy_policy {busy_policy!r}. Choose 'error', 'queue' or 'skip'.")
@@ -141,6 +144,7 @@ class Evaluator:
             metrics_fn=metrics_fn,
             dump_video=dump_video,
             seed=seed,
+            results_path=results_path,
         )
         self._backend = self._make_backend(
             backend, spec, env, policy, policy_factory, init_fn, num_gpus, ray_kwargs, start_timeout

@@ -37,6 +37,7 @@ class EvalSpec:
     metrics_fn: Callable | None = None
     dump_video: bool = True
     seed: int | None = None
+    results_path: str | None = None
 
 
 def resolve_callable(ref: str | Callable, what: str) -> Callable:

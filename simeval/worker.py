@@ -265,6 +265,10 @@ class EvalWorker:
             raw["custom"] = {k: _plain(v) for k, v in spec.metrics_fn(episodes.trajectories).items()}
         if spec.dump_video:
             raw["video"] = self._dump_video(step)
+        if spec.results_path:
+            from simeval.results import append_jsonl, record_from_raw
+
+            append_jsonl(spec.results_path, record_from_raw(raw))
         return raw
 
     def _dump_video(self, step: int):

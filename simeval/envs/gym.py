@@ -69,7 +69,11 @@ def make_env(
     env.append_transform(DoubleToFloat())
     env.append_transform(StepCounter(max_steps))
     if obs_norm:
-        env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
+        import warnings
+
+        with warnings.catch_warnings():  # batched containers are what reduce_batch_dims is for
+            warnings.filterwarnings("ignore", message="Support of VecNormV2 for containers")
+            env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
     env.append_transform(RewardSum())
     if seed is not None:
         env.set_seed(seed)

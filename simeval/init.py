@@ -1,0 +1,65 @@
+"""Process start-up hooks (``--init-fn``) that must run before torch is imported.
+
+A hook is called with the keyword arguments it accepts among ``argv`` (the
+command-line flags simeval did not recognise, e.g. Isaac Lab's AppLauncher
+flags), ``video`` and ``device``. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_APP: Any = None  # the simulation app, kept alive for the life of the process
+
+
+def call_hook(fn: Callable, **available: Any) -> Any:
+    """Call ``fn`` with those of ``available`` it accepts (all of them if it takes **kwargs)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(**available)
+    return fn(**{k: v for k, v in available.items() if k in params})
+
+
+def worker_init(user_init: str | None = None, cuda_visible: str | None = None, **available: Any) -> None:
+    """First thing an eval worker process runs: pin its GPU, then the user's hook.
+
+    ``CUDA_VISIBLE_DEVICES`` must be set before CUDA initialises, which is why
+    this runs before any torch import.
+    """
+    if cuda_visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    if user_init:
+        from simeval.spec import resolve_callable
+
+        call_hook(resolve_callable(user_init, "--init-fn"), **available)
+
+
+def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, device: str | None = None) -> None:
+    """Start Isaac Lab's simulation app headless, before torch is imported.
+
+    ``argv`` may carry AppLauncher's own flags (``--livestream``,
+    ``--experience``, ...); simeval's ``--device`` is forwarded, and cameras
+    are enabled only when video is asked for (rendering is otherwise off).
+    """
+    if importlib.util.find_spec("isaaclab") is None:
+        raise RuntimeError("--init-fn simeval.init:isaaclab_app_launcher needs Isaac Lab (isaaclab) installed.")
+    if "torch" in sys.modules:
+        raise RuntimeError("torch was imported before Isaac Lab's AppLauncher: start the app first.")
+    import argparse
+
+    from isaaclab.app import AppLauncher
+
+    parser = argparse.ArgumentParser(add_help=False)
+    AppLauncher.add_app_launcher_args(parser)
+    args, _ = parser.parse_known_args(list(argv or []))
+    args.headless = True
+    if video:
+        args.enable_cameras = True
+    if device is not None:
+        args.device = device
+    global _APP
+    _APP = AppLauncher(args).app
