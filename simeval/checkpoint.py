@@ -111,6 +111,7 @@ def save_checkpoint(
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; evaluators may run as another user
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()

@@ -243,6 +243,8 @@ class Launcher:
         from simeval.results import ResultsLog
 
         mode = self.cfg.source
+        if "env" in self.explicit:
+            check_env_name(self.cfg.env)  # before waiting for checkpoints that may never come
         log = ResultsLog(self.out, self.cfg.logger if mode != "serve" else None)
         print(f"results: {log.path}", flush=True)
         try:

@@ -1,0 +1,1 @@
+"""Stand-in for Isaac Lab (which cannot run here): records what the launcher did."""
