@@ -87,7 +87,7 @@ def main(argv=None) -> None:
     optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr, eps=1e-5)
 
     if args.eval_serve:
-        evaluator = simeval.connect(args.eval_serve)
+        evaluator = simeval.connect(args.eval_serve, busy_policy="skip")
     elif args.eval_every:
         evaluator = simeval.Evaluator(
             functools.partial(_eval_env, args.env, args.eval_episodes),

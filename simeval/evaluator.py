@@ -458,7 +458,9 @@ class Evaluator:
             logger.exception("Evaluator on_result callback failed; evaluation goes on")
 
 
-def connect(name: str, *, namespace: str | None = None, start_timeout: float = 120.0) -> Evaluator:
+def connect(
+    name: str, *, namespace: str | None = None, start_timeout: float = 120.0, busy_policy: str = "error"
+) -> Evaluator:
     """Attach to a named Ray evaluator (``ray_kwargs={"name": name}``) from any process.
 
     The handle offers ``trigger_eval / poll / wait / pending / evaluate``;
@@ -468,4 +470,8 @@ def connect(name: str, *, namespace: str | None = None, start_timeout: float = 1
 
     backend = RayBackend.attach(name, namespace or NAMESPACE, start_timeout)
     info = backend.describe()
-    return Evaluator._attached(backend, info.get("log_prefix", "eval"), info.get("keep_episodes", False))
+    if busy_policy not in BUSY_POLICIES:
+        raise ValueError(f"Unknown busy_policy {busy_policy!r}. Choose 'error', 'queue' or 'skip'.")
+    handle = Evaluator._attached(backend, info.get("log_prefix", "eval"), info.get("keep_episodes", False))
+    handle._busy_policy = busy_policy
+    return handle

@@ -86,14 +86,24 @@ def parse(argv: list[str]) -> tuple[LaunchConfig, list[str], set[str], bool]:
 
 
 # -- what workers build (module level: picklable by reference) -----------------
-def build_env(name: str, num_envs: int, max_steps: int | None, device: str | None, obs_norm: bool, render: bool):
+def build_env(
+    name: str, num_envs: int, max_steps: int | None, device: str | None, obs_norm: bool, video_dir: str | None
+):
     if name.startswith("isaaclab:"):
         from simeval.envs.isaaclab import make_env as make_isaaclab_env
 
         return make_isaaclab_env(name.split(":", 1)[1], num_envs=num_envs, device=device)
+    if video_dir:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
     from simeval.envs import make_env
 
-    return make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, render=render)
+    env = make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm,
+                   render=bool(video_dir))
+    if video_dir:
+        from simeval.video import EpisodeVideo
+
+        env.append_transform(EpisodeVideo(video_dir))
+    return env
 
 
 def build_policy(factory: str, kwargs: dict, env):
@@ -175,10 +185,11 @@ class Launcher:
                 worker_init, user_init=cfg.init_fn, cuda_visible=cuda_visible, argv=self.extra, video=cfg.video,
                 device=device,
             )
+        video_dir = os.path.abspath(os.path.join(self.out, "videos")) if cfg.video else None
         from simeval import Evaluator
 
         self.evaluator = Evaluator(
-            functools.partial(build_env, env, cfg.num_envs, cfg.max_steps, device, obs_norm, cfg.video),
+            functools.partial(build_env, env, cfg.num_envs, cfg.max_steps, device, obs_norm, video_dir),
             policy_factory=functools.partial(build_policy, factory, dict(kwargs)),
             num_trajectories=cfg.episodes,
             max_steps=cfg.max_steps,
@@ -193,6 +204,7 @@ class Launcher:
             results_path=os.path.join(self.out, "results.jsonl") if cfg.serve else None,
         )
         self.spec_key = key
+        _install_signal_handlers(self.stop)  # ray.init installs its own SIGTERM handler: ours comes last
         return self.evaluator
 
     def evaluate(self, ck) -> dict | None:

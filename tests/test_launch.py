@@ -148,7 +148,7 @@ def test_unknown_flags_without_init_fn_are_an_error(checkpoints, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("--env", "HalfCheeta-v5", "--checkpoint", "CKPT"), "trained on HalfCheetah-v5, but --env is HalfCheeta-v5"),
+        (("--env", "Hopper-v5", "--checkpoint", "CKPT"), "trained on HalfCheetah-v5, but --env is Hopper-v5"),
         (("--env", "NoSuchEnv-v0", "--watch", "DIR"), "unknown env 'NoSuchEnv-v0'"),
         (("--backend", "gpu", "--checkpoint", "CKPT"), "unknown backend 'gpu'"),
         (("--checkpoint", "CKPT", "--watch", "DIR"), "give one source of weights, not --checkpoint and --watch"),
@@ -241,3 +241,19 @@ def test_report_plots_the_eval_curve_of_several_runs(checkpoints, tmp_path):
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("a ", "b ")) or "/a " in line]
     assert "2,000" in proc.stdout and "1,000" in proc.stdout and "3,000" in proc.stdout
     assert rows is not None
+
+
+def test_video_records_the_first_episode_of_each_round_only_when_asked(checkpoints, tmp_path):
+    import imageio.v2 as imageio
+
+    out = tmp_path / "out"
+    proc = cli("--checkpoint", checkpoints[0], "--out", str(out), "--video", *SMALL, env={"MUJOCO_GL": "egl"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (video,) = list((out / "videos").iterdir())
+    assert video.name == "step_0001000.mp4".replace("0001000", f"{1000:09d}")
+    frames = list(imageio.get_reader(str(video)))
+    assert len(frames) == 31  # the reset frame and the 30 steps of sub-env 0's first episode
+    assert frames[0].shape == (240, 240, 3) and frames[-1].std() > 0
+    quiet = tmp_path / "quiet"
+    assert cli("--checkpoint", checkpoints[0], "--out", str(quiet), *SMALL).returncode == 0
+    assert not (quiet / "videos").exists()

@@ -62,7 +62,7 @@ def make_env(
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
-        render_mode="rgb_array" if render else None,
+        **({"render_mode": "rgb_array", "width": 240, "height": 240, "camera_name": "track"} if render else {}),
     )
     base = GymWrapper(vec, device=device)
     env = TransformedEnv(base)

@@ -1,0 +1,62 @@
+"""The PPO example: evaluations while it trains, in-process or against a served evaluator."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from launch_helpers import REPO, TESTS, cli, popen_cli
+
+SHORT = ("--frames", "4096", "--frames-per-batch", "1024", "--num-envs", "2", "--epochs", "1", "--minibatch", "256",
+         "--eval-every", "2048", "--eval-episodes", "2")
+
+
+def _train(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})}
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO, "examples", "train_ppo.py"), *SHORT, *args],
+        capture_output=True, text=True, timeout=400, env=full, cwd=REPO,
+    )
+
+
+def test_train_ppo_evaluates_while_training_and_its_checkpoints_evaluate_without_policy(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    proc = _train("--ckpt-dir", str(ckpt), "--ckpt-every", "2048")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "eval @ 2,048" in proc.stdout or "eval @ 4,096" in proc.stdout, proc.stdout
+    names = sorted(os.listdir(ckpt))
+    assert names == ["step_000002048.pt", "step_000004096.pt"]
+    # The checkpoint names its policy factory: no --policy needed to evaluate it.
+    out = tmp_path / "out"
+    run = cli("--checkpoint", str(ckpt / names[-1]), "--out", str(out), "--episodes", "2", "--num-envs", "2",
+              "--max-steps", "50")
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert record["step"] == 4096 and record["env"] == "HalfCheetah-v5"
+
+
+def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_cluster, tmp_path):
+    address = ray_cluster.get_runtime_context().gcs_address
+    out = tmp_path / "served"
+    server = popen_cli(
+        "--backend", "ray", "--num-gpus", "0", "--serve", "simeval-test-ppo", "--out", str(out),
+        "--episodes", "2", "--num-envs", "2", "--max-steps", "50", env={"RAY_ADDRESS": address},
+    )
+    try:
+        line = ""
+        deadline = time.time() + 120
+        while "serving" not in line and time.time() < deadline:
+            line = server.stdout.readline()
+            assert line or server.poll() is None, server.stderr.read()[-2000:]
+        train = _train("--eval-serve", "simeval-test-ppo", env={"RAY_ADDRESS": address})
+        assert train.returncode == 0, train.stderr[-3000:]
+        assert "eval @" in train.stdout
+        records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if x.strip()]
+        assert records and all(r["status"] == "ok" and len(r["episode_returns"]) == 2 for r in records)
+        assert {r["step"] for r in records} <= {2048, 4096}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
