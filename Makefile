@@ -26,7 +26,7 @@ test: $(STAMP) lint
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check simeval tests benchmarks
+	$(VENV)/bin/ruff check simeval tests benchmarks examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_evaluator.py

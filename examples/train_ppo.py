@@ -8,6 +8,7 @@ to a served evaluator (``python -m simeval.launch --serve NAME``) with
 ``--eval-serve NAME``. Checkpoints are written with ``simeval.save_checkpoint``
 every ``--ckpt-every`` frames (atomically; a watcher can evaluate them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,6 @@ def main(argv=None) -> None:
     import functools
 
     import torch
-    from tensordict.nn import TensorDictModule
     from torchrl.collectors import Collector
     from torchrl.data import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
     from torchrl.modules import MLP, ValueOperator
@@ -126,16 +126,21 @@ def main(argv=None) -> None:
             collector.update_policy_weights_()
             done = batch["next", "done"]
             train_return = batch["next", "episode_reward"][done].mean().item() if done.any() else float("nan")
-            print(f"frames {frames:>9,}  train return {train_return:9.1f}  {frames / (time.time() - start):6.0f} fps",
-                  flush=True)
+            print(
+                f"frames {frames:>9,}  train return {train_return:9.1f}  {frames / (time.time() - start):6.0f} fps",
+                flush=True,
+            )
             if evaluator is not None and frames >= next_eval:
                 next_eval += args.eval_every
                 evaluator.trigger_eval(weights_dict={"policy": actor, OBS_NORM_ID: vecnorm}, step=frames)
             if evaluator is not None:
                 result = evaluator.poll()
                 if result is not None:
-                    print(f"eval @ {result['eval/step']:,}: return {result['eval/reward']:.1f} "
-                          f"[{result['eval/reward_ci_low']:.1f}, {result['eval/reward_ci_high']:.1f}]", flush=True)
+                    print(
+                        f"eval @ {result['eval/step']:,}: return {result['eval/reward']:.1f} "
+                        f"[{result['eval/reward_ci_low']:.1f}, {result['eval/reward_ci_high']:.1f}]",
+                        flush=True,
+                    )
             if args.ckpt_dir and frames >= next_ckpt:
                 next_ckpt += args.ckpt_every
                 path = os.path.join(args.ckpt_dir, f"step_{frames:09d}.pt")

@@ -14,6 +14,7 @@ Format (a ``torch.save``'d dict, read back with ``torch.load(weights_only=True)`
 Writes are atomic (temporary file in the same directory, fsync, rename), so a
 watcher never sees half a file.
 """
+
 from __future__ import annotations
 
 import hashlib

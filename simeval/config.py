@@ -4,6 +4,7 @@ A YAML profile (``--config launchers/....yaml``) sets any field; a flag given
 on the command line overrides it. Field names use underscores; YAML may use
 dashes too. Unknown YAML keys are an error, never silently ignored.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,9 +50,7 @@ class LaunchConfig:
             raise ConfigError(f"unknown logger {self.logger!r}: choose one of {', '.join(LOGGERS)}.")
         sources = [k for k in ("checkpoint", "watch", "serve") if getattr(self, k)]
         if len(sources) > 1:
-            raise ConfigError(
-                "give one source of weights, not " + " and ".join(f"--{s}" for s in sources) + "."
-            )
+            raise ConfigError("give one source of weights, not " + " and ".join(f"--{s}" for s in sources) + ".")
         if self.serve and self.backend != "ray":
             raise ConfigError("--serve needs --backend ray (a named Ray actor is what training connects to).")
         for name in ("num_envs", "episodes"):
@@ -62,7 +61,9 @@ class LaunchConfig:
         for name in ("init_fn", "policy"):
             value = getattr(self, name)
             if value is not None and value.count(":") != 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must look like 'package.module:function', got {value!r}.")
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must look like 'package.module:function', got {value!r}."
+                )
         return self
 
     @property

@@ -1,82 +1,72 @@
-"""``make demo``: evaluate a policy on batched HalfCheetah-v5 and print a metrics table.
+"""``make demo``: evaluate the shipped PPO checkpoint on batched HalfCheetah-v5.
 
-Runs on embedded defaults with the thread backend: one blocking evaluation,
-then one in the background (trigger, keep "training", wait). The policy is a
-fixed-seed MLP; a trained checkpoint replaces it once checkpoints exist.
+Runs the launcher on its embedded defaults (thread backend, 8 envs, 16
+episodes, seed 0), then the same evaluation for an untrained policy and for
+the trained policy without its VecNorm statistics, prints the three side by
+side and draws the eval plot.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
+import os
+import sys
 import time
 
 
-def _policy(env=None, seed: int = 0):
+def _last(out: str) -> dict:
+    with open(os.path.join(out, "results.jsonl")) as f:
+        return json.loads(f.read().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simeval import launch, report
+
+    root = os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
+    trained = os.path.join(root, "trained")
+    print("$ python -m simeval.launch --out", trained, flush=True)
+    if launch.main(["--out", trained]) != 0:
+        return 1
+
+    # An untrained actor of the same architecture, with the same VecNorm statistics.
     import torch
-    from tensordict.nn import TensorDictModule
-    from torch import nn
 
-    torch.manual_seed(seed)
-    net = nn.Sequential(nn.Linear(17, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 6), nn.Tanh())
-    return TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
-
-
-def _env(num_envs: int):
+    from simeval import load_checkpoint, save_checkpoint
     from simeval.envs import make_env
+    from simeval.policies import gaussian_actor
 
-    return make_env("HalfCheetah-v5", num_envs=num_envs, obs_norm=False)
-
-
-def table(rows: list[tuple[str, dict]]) -> str:
-    """Metrics side by side, one column per evaluation."""
-    keys = [k for k in rows[0][1] if not k.endswith("/step")]
-    width = max(len(k) for k in keys) + 2
-    head = f"{'metric':<{width}}" + "".join(f"{name:>16}" for name, _ in rows)
-    lines = [head, "-" * len(head)]
-    for key in keys:
-        cells = "".join(f"{float(result[key]):>16.2f}" for _, result in rows)
-        lines.append(f"{key:<{width}}{cells}")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--max-steps", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
-    from simeval import Evaluator
-
-    print(
-        f"simeval demo: HalfCheetah-v5, {args.num_envs} batched envs, {args.episodes} episodes of up to "
-        f"{args.max_steps} steps, thread backend, seed {args.seed}\n"
+    shipped = load_checkpoint(launch.SHIPPED_CHECKPOINT)
+    torch.manual_seed(0)
+    env = make_env(shipped.env, num_envs=1)
+    random_ckpt = save_checkpoint(
+        os.path.join(root, "untrained.pt"),
+        gaussian_actor(env, **shipped.policy_kwargs),
+        0,
+        obs_norm=None,
+        env=shipped.env,
     )
-    evaluator = Evaluator(
-        lambda: _env(args.num_envs),
-        policy_factory=_policy,
-        num_trajectories=args.episodes,
-        max_steps=args.max_steps,
-        seed=args.seed,
-    )
-    try:
-        policy = _policy(seed=1)
-        blocking = evaluator.evaluate(policy, step=0)
-        evaluator.trigger_eval(policy, step=1)
-        start = time.perf_counter()
-        while evaluator.pending:  # training would run here
-            time.sleep(0.05)
-        background = evaluator.wait()
-        print(table([("evaluate()", blocking), ("trigger_eval()", background)]))
-        print(
-            f"\nbackground round returned after {time.perf_counter() - start:.1f} s; "
-            "same weights and seed, same numbers: "
-            f"{blocking['eval/reward'] == background['eval/reward']}"
-        )
-    finally:
-        evaluator.shutdown()
+    env.close()
+    rows = {"trained (shipped checkpoint)": trained}
+    for label, args in (
+        ("trained, VecNorm stats left out", ["--checkpoint", launch.SHIPPED_CHECKPOINT, "--no-obs-norm"]),
+        ("untrained policy", ["--checkpoint", random_ckpt, "--no-obs-norm"]),
+    ):
+        out = os.path.join(root, label.split(",")[0].split()[0] + ("-no-vecnorm" if "left out" in label else ""))
+        print(f"\n$ python -m simeval.launch {' '.join(args)} --out {out}", flush=True)
+        if launch.main([*args, "--out", out]) != 0:
+            return 1
+        rows[label] = out
+
+    print("\nHalfCheetah-v5, 16 episodes of 1000 steps, seed 0 (same initial states for every row):\n")
+    print(f"{'policy':<34}{'return':>10}{'95% CI':>22}")
+    for label, out in rows.items():
+        m = _last(out)["metrics"]
+        ci = "[{:.1f}, {:.1f}]".format(m["reward_ci_low"], m["reward_ci_high"])
+        print(f"{label:<34}{m['reward']:>10.1f}{ci:>22}")
+    png = report.plot({trained: report.read_results(trained)}, os.path.join(trained, "eval_curve.png"))
+    print(f"\nresults: {os.path.join(trained, 'results.jsonl')}\nplot:    {png}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

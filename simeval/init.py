@@ -4,6 +4,7 @@ A hook is called with the keyword arguments it accepts among ``argv`` (the
 command-line flags simeval did not recognise, e.g. Isaac Lab's AppLauncher
 flags), ``video`` and ``device``. Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import importlib.util

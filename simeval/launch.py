@@ -10,6 +10,7 @@ AppLauncher adds ``--headless``, ``--livestream``, ...). torch is imported
 only after the init hook ran. Bad input: one line on stderr, exit code 2
 (``--debug`` shows the traceback).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, help="complete episodes per evaluation (default 16)")
     p.add_argument("--max-steps", type=int, help="episode cap (default 1000)")
     p.add_argument("--seed", type=int, help="env seed, the same every round (default 0)")
-    p.add_argument("--init-fn", help="module:function run first, before torch (e.g. simeval.init:isaaclab_app_launcher)")
+    p.add_argument(
+        "--init-fn", help="module:function run first, before torch (e.g. simeval.init:isaaclab_app_launcher)"
+    )
     p.add_argument("--policy", help="module:factory building the policy from the env (default: the checkpoint's)")
     p.add_argument("--policy-kwargs", type=json.loads, help="JSON keyword arguments for --policy")
     p.add_argument("--checkpoint", help="evaluate this checkpoint once")
@@ -97,8 +100,9 @@ def build_env(
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
     from simeval.envs import make_env
 
-    env = make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm,
-                   render=bool(video_dir))
+    env = make_env(
+        name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, render=bool(video_dir)
+    )
     if video_dir:
         from simeval.video import EpisodeVideo
 
@@ -130,7 +134,9 @@ def check_env_name(name: str) -> None:
     import gymnasium
 
     if name not in gymnasium.registry:
-        raise ConfigError(f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>.")
+        raise ConfigError(
+            f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>."
+        )
 
 
 class Launcher:
@@ -182,7 +188,11 @@ class Launcher:
             from simeval.init import worker_init
 
             init_fn = functools.partial(
-                worker_init, user_init=cfg.init_fn, cuda_visible=cuda_visible, argv=self.extra, video=cfg.video,
+                worker_init,
+                user_init=cfg.init_fn,
+                cuda_visible=cuda_visible,
+                argv=self.extra,
+                video=cfg.video,
                 device=device,
             )
         video_dir = os.path.abspath(os.path.join(self.out, "videos")) if cfg.video else None
@@ -243,8 +253,12 @@ class Launcher:
         seconds = result.pop("_seconds")
         log.append(
             make_record(
-                result, checkpoint=ck.path, checkpoint_name=os.path.basename(ck.path),
-                checkpoint_sha256=file_hash(ck.path), backend=self.cfg.backend, wall_time=round(seconds, 3),
+                result,
+                checkpoint=ck.path,
+                checkpoint_name=os.path.basename(ck.path),
+                checkpoint_sha256=file_hash(ck.path),
+                backend=self.cfg.backend,
+                wall_time=round(seconds, 3),
                 env=self.spec_key[0],
             )
         )

@@ -4,6 +4,7 @@ A factory stamps what built the policy on it (``SIMEVAL_FACTORY``), so
 ``save_checkpoint`` records the factory and its keyword arguments and the
 launcher can rebuild the same architecture without ``--policy``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

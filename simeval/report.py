@@ -3,6 +3,7 @@
 Plots mean eval return against training step with its 95% bootstrap band,
 one line per run directory, and prints every evaluation as a table.
 """
+
 from __future__ import annotations
 
 import argparse

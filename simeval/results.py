@@ -3,6 +3,7 @@
 ``results.jsonl`` is the source of truth (a watcher resumes from it); metrics
 also go to a torchrl logger (CSV by default) for dashboards.
 """
+
 from __future__ import annotations
 
 import json

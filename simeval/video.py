@@ -6,6 +6,7 @@ memory); ``dump(step=...)``, which the worker calls after every round, moves
 the file to ``<video_dir>/step_<step>.mp4``. Nothing renders unless asked.
 Needs ``MUJOCO_GL=egl`` (GPU or Mesa) or ``osmesa``; ``egl`` is the default.
 """
+
 from __future__ import annotations
 
 import os

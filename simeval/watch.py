@@ -5,6 +5,7 @@ failed) are never evaluated again, and none is skipped. SIGTERM (Slurm
 preemption) abandons a running round without writing a partial result.
 Stops after ``--until-step`` or when a ``DONE`` file appears.
 """
+
 from __future__ import annotations
 
 import os

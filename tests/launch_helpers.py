@@ -1,4 +1,5 @@
 """Helpers for the launcher tests: checkpoints, a CLI runner, factories for workers."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,9 @@ def write_checkpoints(directory, steps=(1000, 2000, 3000), env_name="HalfCheetah
         torch.manual_seed(i)
         actor = gaussian_actor(env, hidden=hidden)
         paths.append(
-            save_checkpoint(os.path.join(directory, f"step_{step:07d}.pt"), actor, step, obs_norm=env.transform[2],
-                            env=env_name)
+            save_checkpoint(
+                os.path.join(directory, f"step_{step:07d}.pt"), actor, step, obs_norm=env.transform[2], env=env_name
+            )
         )
     env.close()
     return paths
@@ -35,19 +37,29 @@ def _env(extra: dict | None) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(extra or {})}
 
 
-def cli(*args: str, env: dict | None = None, timeout: float = 240, cwd: str | None = None) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, env: dict | None = None, timeout: float = 240, cwd: str | None = None
+) -> subprocess.CompletedProcess:
     full_env = _env(env)
     return subprocess.run(
-        [sys.executable, "-m", "simeval.launch", *args], capture_output=True, text=True, timeout=timeout,
-        env=full_env, cwd=cwd or REPO,
+        [sys.executable, "-m", "simeval.launch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd or REPO,
     )
 
 
 def popen_cli(*args: str, env: dict | None = None, cwd: str | None = None) -> subprocess.Popen:
     full_env = _env(env)
     return subprocess.Popen(
-        [sys.executable, "-m", "simeval.launch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=full_env, cwd=cwd or REPO,
+        [sys.executable, "-m", "simeval.launch", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        cwd=cwd or REPO,
     )
 
 

@@ -1,4 +1,5 @@
 """The PPO example: evaluations while it trains, in-process or against a served evaluator."""
+
 from __future__ import annotations
 
 import json
@@ -10,15 +11,33 @@ import time
 
 from launch_helpers import REPO, TESTS, cli, popen_cli
 
-SHORT = ("--frames", "4096", "--frames-per-batch", "1024", "--num-envs", "2", "--epochs", "1", "--minibatch", "256",
-         "--eval-every", "2048", "--eval-episodes", "2")
+SHORT = (
+    "--frames",
+    "4096",
+    "--frames-per-batch",
+    "1024",
+    "--num-envs",
+    "2",
+    "--epochs",
+    "1",
+    "--minibatch",
+    "256",
+    "--eval-every",
+    "2048",
+    "--eval-episodes",
+    "2",
+)
 
 
 def _train(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})}
     return subprocess.run(
         [sys.executable, os.path.join(REPO, "examples", "train_ppo.py"), *SHORT, *args],
-        capture_output=True, text=True, timeout=400, env=full, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=full,
+        cwd=REPO,
     )
 
 
@@ -31,8 +50,18 @@ def test_train_ppo_evaluates_while_training_and_its_checkpoints_evaluate_without
     assert names == ["step_000002048.pt", "step_000004096.pt"]
     # The checkpoint names its policy factory: no --policy needed to evaluate it.
     out = tmp_path / "out"
-    run = cli("--checkpoint", str(ckpt / names[-1]), "--out", str(out), "--episodes", "2", "--num-envs", "2",
-              "--max-steps", "50")
+    run = cli(
+        "--checkpoint",
+        str(ckpt / names[-1]),
+        "--out",
+        str(out),
+        "--episodes",
+        "2",
+        "--num-envs",
+        "2",
+        "--max-steps",
+        "50",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     assert record["step"] == 4096 and record["env"] == "HalfCheetah-v5"
@@ -42,8 +71,21 @@ def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_clu
     address = ray_cluster.get_runtime_context().gcs_address
     out = tmp_path / "served"
     server = popen_cli(
-        "--backend", "ray", "--num-gpus", "0", "--serve", "simeval-test-ppo", "--out", str(out),
-        "--episodes", "2", "--num-envs", "2", "--max-steps", "50", env={"RAY_ADDRESS": address},
+        "--backend",
+        "ray",
+        "--num-gpus",
+        "0",
+        "--serve",
+        "simeval-test-ppo",
+        "--out",
+        str(out),
+        "--episodes",
+        "2",
+        "--num-envs",
+        "2",
+        "--max-steps",
+        "50",
+        env={"RAY_ADDRESS": address},
     )
     try:
         line = ""
@@ -60,3 +102,21 @@ def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_clu
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
+
+
+def test_make_demo_evaluates_the_shipped_checkpoint(tmp_path):
+    full = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run(
+        [sys.executable, "-m", "simeval.demo"], capture_output=True, text=True, timeout=400, env=full, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {
+        line[:34].strip(): float(line[34:44])
+        for line in proc.stdout.splitlines()
+        if line.startswith(("trained", "untrained"))
+    }
+    assert rows["trained (shipped checkpoint)"] > 3000  # the checkpoint is a trained policy
+    assert rows["trained, VecNorm stats left out"] < 1000 < rows["trained (shipped checkpoint)"]
+    assert rows["untrained policy"] < 0
+    png = proc.stdout.strip().splitlines()[-1].split()[-1]
+    assert open(os.path.join(tmp_path, png), "rb").read(4) == b"\x89PNG"

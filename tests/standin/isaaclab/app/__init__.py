@@ -4,6 +4,7 @@ Like the real one it adds its flags to a caller's parser and refuses a parser
 that already defines one of them; constructing it records whether torch was
 already imported and the arguments it got (to $ISAACLAB_STANDIN_RECORD).
 """
+
 import json
 import os
 import sys
