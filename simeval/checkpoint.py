@@ -18,6 +18,7 @@ watcher never sees half a file.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -98,6 +99,11 @@ def save_checkpoint(
     if policy_factory is None and factory_of(policy) is not None:
         policy_factory, stamped_kwargs = factory_of(policy)
         policy_kwargs = stamped_kwargs if policy_kwargs is None else policy_kwargs
+    policy_kwargs = dict(policy_kwargs or {})
+    try:
+        json.dumps(policy_kwargs)
+    except TypeError as exc:
+        raise ValueError(f"policy_kwargs must be plain data (JSON-able) to load safely: {exc}.") from None
     payload = {
         "format": FORMAT,
         "step": int(step),
@@ -105,7 +111,7 @@ def save_checkpoint(
         "policy": _flatten(as_weights(policy)),
         "obs_norm": None if obs_norm is None else _flatten(as_weights(obs_norm)),
         "policy_factory": policy_factory,
-        "policy_kwargs": dict(policy_kwargs or {}),
+        "policy_kwargs": policy_kwargs,
     }
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
