@@ -116,3 +116,37 @@ def test_preempted_watch_job_requeues_and_resumes_without_loss_or_repeat(slurm, 
     records = _records(out)
     assert [r["step"] for r in records] == [1000, 2000, 3000]
     assert len({r["checkpoint_name"] for r in records}) == 3
+
+
+def test_ray_cluster_script_starts_ray_on_the_allocation_and_evaluates(slurm, checkpoints, tmp_path):
+    env, logs = slurm
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--cpus-per-task=2",
+            "--mem=2000",
+            f"--output={logs}/%j.out",
+            f"--error={logs}/%j.err",
+            "slurm/ray-cluster.sh",
+            "--num-gpus",
+            "1",
+            "--checkpoint",
+            checkpoints[1],
+            "--out",
+            str(tmp_path),
+            *SMALL,
+        ],
+        env={**env, "SIMEVAL_RAY_HEAD_IP": "127.0.0.1"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    job = out.stdout.strip().split(";")[0]
+    info = wait_for(job, env, timeout=300)
+    stdout, stderr = open(f"{logs}/{job}.out").read(), open(f"{logs}/{job}.err").read()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", stdout + stderr[-3000:]
+    assert "1 GPUs per node" in stdout
+    (record,) = _records(tmp_path)
+    assert record["backend"] == "ray" and record["step"] == 2000

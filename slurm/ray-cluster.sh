@@ -1,0 +1,87 @@
+#!/bin/bash
+# A Ray cluster over a Slurm allocation, then `python -m simeval.launch --backend ray` against it.
+#
+#   sbatch --nodes=2 slurm/ray-cluster.sh --num-gpus 1 --watch runs/exp1/ckpt
+#
+# Ray's documented Slurm recipe: one `ray start --head --block` on the first node,
+# one `ray start --address=HEAD --block` per other node (each an srun step), with
+# explicit CPU and GPU counts and ports, then the driver in the batch step. The
+# cluster stops when the driver ends (the srun steps are killed by PID; never
+# `ray stop`, which kills every Ray process on a shared node). Ports default to a
+# range derived from the job id so several jobs can share a node.
+#
+#SBATCH --job-name=simeval-ray
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task=8
+#SBATCH --mem=32G
+#SBATCH --time=04:00:00
+#SBATCH --output=simeval-ray-%j.out
+#SBATCH --error=simeval-ray-%j.err
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=B:TERM@120
+
+set -uo pipefail
+cd "${SIMEVAL_HOME:-${SLURM_SUBMIT_DIR:-.}}" || exit 2
+
+python="${SIMEVAL_PYTHON:-.venv/bin/python}"
+[[ -x "$python" ]] || python=python3
+ray_bin="$(dirname "$python")/ray"
+[[ -x "$ray_bin" ]] || ray_bin=ray
+
+mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+head_node="${nodes[0]}"
+head_ip="${SIMEVAL_RAY_HEAD_IP:-$(srun --overlap --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{print $1}')}"
+base_port="${SIMEVAL_RAY_BASE_PORT:-$((20000 + (${SLURM_JOB_ID:-0} % 400) * 100))}"
+port=$base_port
+cpus="${SLURM_CPUS_PER_TASK:-1}"
+gpus="${SIMEVAL_RAY_GPUS_PER_NODE:-$(awk -F, '{print NF}' <<<"${CUDA_VISIBLE_DEVICES:-}")}"
+temp_dir="${SIMEVAL_RAY_TMPDIR:-/tmp/ray-${SLURM_JOB_ID:-$$}}"
+ports=(--node-manager-port=$((base_port + 1)) --object-manager-port=$((base_port + 2))
+       --min-worker-port=$((base_port + 10)) --max-worker-port=$((base_port + 99)))
+
+# Ray's token authentication with a token of this job's own, exported to every srun step
+# and to the driver (only processes of this job can join or submit work).
+export RAY_AUTH_MODE=token
+export RAY_AUTH_TOKEN="${RAY_AUTH_TOKEN:-$("$python" -c 'import secrets; print(secrets.token_hex(32))')}"
+
+echo "simeval ray job ${SLURM_JOB_ID:-?}: head ${head_node} (${head_ip}:${port}), ${#nodes[@]} node(s)," \
+     "${cpus} CPUs and ${gpus} GPUs per node, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-<unset>}"
+
+steps=()
+srun --overlap --nodes=1 --ntasks=1 -w "$head_node" \
+    "$ray_bin" start --head --block --node-ip-address="$head_ip" --port="$port" "${ports[@]}" \
+    --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --disable-usage-stats \
+    --temp-dir="$temp_dir" &
+steps+=($!)
+sleep "${SIMEVAL_RAY_HEAD_WAIT:-5}"
+for node in "${nodes[@]:1}"; do
+    srun --overlap --nodes=1 --ntasks=1 -w "$node" \
+        "$ray_bin" start --block --address="${head_ip}:${port}" "${ports[@]}" \
+        --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats &
+    steps+=($!)
+done
+
+cleanup() { for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+
+terminated=0
+forward() { terminated=1; [[ -n "${child:-}" ]] && kill -TERM "$child" 2>/dev/null; }
+trap forward TERM INT
+
+RAY_ADDRESS="${head_ip}:${port}" "$python" -m simeval.launch --backend ray "$@" &
+child=$!
+while true; do
+    wait "$child"
+    status=$?
+    kill -0 "$child" 2>/dev/null || break
+done
+
+if [[ "$terminated" == 1 && -n "${SLURM_JOB_ID:-}" ]]; then
+    echo "simeval ray job ${SLURM_JOB_ID}: stopped by SIGTERM; requeueing."
+    scontrol requeue "${SLURM_JOB_ID}"
+    exit 0
+fi
+exit "$status"
