@@ -51,22 +51,5 @@ else
     cmd=("$python" -m simeval.launch)
 fi
 
-terminated=0
-forward() { terminated=1; [[ -n "${child:-}" ]] && kill -TERM "$child" 2>/dev/null; }
-trap forward TERM INT
-
-"${cmd[@]}" "${args[@]}" &
-child=$!
-# `wait` returns early when a trapped signal arrives: wait again until the launcher exits.
-while true; do
-    wait "$child"
-    status=$?
-    kill -0 "$child" 2>/dev/null || break
-done
-
-if [[ "$terminated" == 1 && -n "${SLURM_JOB_ID:-}" ]]; then
-    echo "simeval job ${SLURM_JOB_ID}: stopped by SIGTERM (launcher exit ${status}); requeueing."
-    scontrol requeue "${SLURM_JOB_ID}"
-    exit 0
-fi
-exit "$status"
+source slurm/lib.sh
+run_and_requeue_on_term "${cmd[@]}" "${args[@]}"

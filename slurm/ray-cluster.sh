@@ -67,21 +67,6 @@ done
 cleanup() { for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null; done; wait 2>/dev/null; }
 trap cleanup EXIT
 
-terminated=0
-forward() { terminated=1; [[ -n "${child:-}" ]] && kill -TERM "$child" 2>/dev/null; }
-trap forward TERM INT
-
-RAY_ADDRESS="${head_ip}:${port}" "$python" -m simeval.launch --backend ray "$@" &
-child=$!
-while true; do
-    wait "$child"
-    status=$?
-    kill -0 "$child" 2>/dev/null || break
-done
-
-if [[ "$terminated" == 1 && -n "${SLURM_JOB_ID:-}" ]]; then
-    echo "simeval ray job ${SLURM_JOB_ID}: stopped by SIGTERM; requeueing."
-    scontrol requeue "${SLURM_JOB_ID}"
-    exit 0
-fi
-exit "$status"
+source slurm/lib.sh
+export RAY_ADDRESS="${head_ip}:${port}"
+run_and_requeue_on_term "$python" -m simeval.launch --backend ray "$@"

@@ -29,6 +29,9 @@ SHORT = (
 )
 
 
+EVAL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "50")
+
+
 def _train(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), **(env or {})}
     return subprocess.run(
@@ -50,18 +53,7 @@ def test_train_ppo_evaluates_while_training_and_its_checkpoints_evaluate_without
     assert names == ["step_000002048.pt", "step_000004096.pt"]
     # The checkpoint names its policy factory: no --policy needed to evaluate it.
     out = tmp_path / "out"
-    run = cli(
-        "--checkpoint",
-        str(ckpt / names[-1]),
-        "--out",
-        str(out),
-        "--episodes",
-        "2",
-        "--num-envs",
-        "2",
-        "--max-steps",
-        "50",
-    )
+    run = cli("--checkpoint", str(ckpt / names[-1]), "--out", str(out), *EVAL)
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     assert record["step"] == 4096 and record["env"] == "HalfCheetah-v5"
@@ -71,22 +63,9 @@ def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_clu
     address = ray_cluster.get_runtime_context().gcs_address
     out = tmp_path / "served"
     server = popen_cli(
-        "--backend",
-        "ray",
-        "--num-gpus",
-        "0",
-        "--serve",
-        "simeval-test-ppo",
-        "--out",
-        str(out),
-        "--episodes",
-        "2",
-        "--num-envs",
-        "2",
-        "--max-steps",
-        "50",
+        "--backend", "ray", "--num-gpus", "0", "--serve", "simeval-test-ppo", "--out", str(out), *EVAL,
         env={"RAY_ADDRESS": address},
-    )
+    )  # fmt: skip
     try:
         line = ""
         deadline = time.time() + 120
