@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build the eval image and run the MuJoCo tests inside it, on a GPU when one is present.
+#
+#   containers/ci.sh                                       # docker from PATH, base python:3.11-slim-bookworm
+#   BASE_IMAGE=local/debian:bookworm TORCH_SPEC=torch==2.13.0 containers/ci.sh
+#
+# Used by .github/workflows/gpu-container.yml on a self-hosted GPU runner.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+docker_bin="${DOCKER:-docker}"
+image="${SIMEVAL_IMAGE_TAG:-simeval:ci}"
+build_args=(--build-arg "BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim-bookworm}")
+[[ -n "${TORCH_SPEC:-}" ]] && build_args+=(--build-arg "TORCH_SPEC=${TORCH_SPEC}")
+
+"$docker_bin" build --network host "${build_args[@]}" -f containers/Dockerfile -t "$image" .
+
+gpus=()
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    gpus=(--gpus all)
+fi
+tests=(tests/test_envs.py tests/test_metrics.py tests/test_api.py tests/test_checkpoint.py)
+"$docker_bin" run --rm --network none "${gpus[@]}" --workdir /opt/simeval --entrypoint python "$image" \
+    -m pytest -q -p no:cacheprovider "${tests[@]}"
