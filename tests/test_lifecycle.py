@@ -123,7 +123,16 @@ def test_on_result_may_trigger_the_next_evaluation_but_not_block_on_one(caplog):
     ev = holder["ev"] = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, on_result=on_result)
     try:
         ev.trigger_eval(step=0)
-        results = [ev.wait(60) for _ in range(3)]
+        # Between publishing a result and its on_result triggering the next round the
+        # evaluator is idle (wait() may return None then): poll until all three arrive.
+        results, deadline = [], time.time() + 120
+        while len(results) < 3 and time.time() < deadline:
+            result = ev.poll(timeout=0.5)
+            if result is not None:
+                results.append(result)
+        deadline = time.time() + 30
+        while len(seen) < 3 and time.time() < deadline:  # the last on_result runs after publishing
+            time.sleep(0.05)
     finally:
         ev.shutdown()
     assert [r["eval/step"] for r in results] == [0, 1, 2] == seen
