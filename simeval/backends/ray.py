@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -148,11 +149,26 @@ class RayBackend(Backend):
 
     def shutdown(self, timeout: float) -> None:
         self._closing = True
+        deadline = time.monotonic() + timeout
         actor, self._actor = self._actor, None
         if actor is not None and self._owner:
             try:
                 self._ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+            else:
+                self._confirm_dead(actor, deadline)
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _confirm_dead(self, actor, deadline: float) -> None:
+        """ray.kill is asynchronous: wait (within the shutdown timeout) until the actor is gone."""
+        ray = self._ray
+        while time.monotonic() < deadline:
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=min(0.5, max(0.05, deadline - time.monotonic())))
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except Exception:  # noqa: BLE001 - RayActorError: it is dead
+                return
+            time.sleep(0.05)
