@@ -113,8 +113,7 @@ def build_env(
 def build_policy(factory: str, kwargs: dict, env):
     from simeval.spec import resolve_callable
 
-    policy = resolve_callable(factory, "--policy")(env, **kwargs)
-    return policy
+    return resolve_callable(factory, "--policy")(env, **kwargs)
 
 
 def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 
 import torch
 from tensordict import TensorDict
@@ -180,7 +179,3 @@ def video_env(log_dir: str):
     env = TransformedEnv(CountEnv([4], pixels=True), VideoRecorder(logger, tag="eval_video", in_keys=["pixels"]))
     env.append_transform(RewardSum())
     return env
-
-
-def thread_name(*_):
-    return threading.current_thread().name

@@ -65,12 +65,3 @@ def popen_cli(*args: str, env: dict | None = None, cwd: str | None = None) -> su
 
 def raising_policy(env, **kwargs):
     raise RuntimeError("policy factory broke on purpose")
-
-
-def visible_devices_policy(env, hidden=(16,)):
-    """Records CUDA_VISIBLE_DEVICES where the policy is built, then builds the usual actor."""
-    from simeval.policies import gaussian_actor
-
-    with open(os.environ["SIMEVAL_TEST_RECORD"], "w") as f:
-        f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
-    return gaussian_actor(env, hidden=hidden)

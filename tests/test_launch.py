@@ -223,7 +223,6 @@ def test_device_cuda_n_pins_the_process_worker_to_that_gpu(checkpoints, tmp_path
     os.environ["SIMEVAL_TEST_RECORD"] = str(record)
     try:
         from helpers import count_env
-        from launch_helpers import visible_devices_policy  # noqa: F401
 
         ev = Evaluator(
             count_env,
