@@ -13,6 +13,7 @@ from typing import Any
 
 BACKENDS = ("thread", "process", "ray")
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
+LAUNCHERS = ("local", "docker")
 
 
 class ConfigError(ValueError):
@@ -42,12 +43,26 @@ class LaunchConfig:
     poll_interval: float = 2.0
     start_timeout: float = 120.0
     obs_norm: bool = True
+    launcher: str = "local"
+    image: str | None = None
+    gpus: str | None = None
+    network: str | None = None
 
     def validate(self) -> LaunchConfig:
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}.")
         if self.logger not in LOGGERS:
             raise ConfigError(f"unknown logger {self.logger!r}: choose one of {', '.join(LOGGERS)}.")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"unknown launcher {self.launcher!r}: choose one of {', '.join(LAUNCHERS)}.")
+        if self.launcher != "docker":
+            for name in ("image", "gpus", "network"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"--{name} is a container setting: it needs --launcher docker.")
+        elif not self.image:
+            raise ConfigError(
+                "--launcher docker needs --image IMAGE (build one: docker build -f containers/Dockerfile -t IMAGE .)."
+            )
         sources = [k for k in ("checkpoint", "watch", "serve") if getattr(self, k)]
         if len(sources) > 1:
             raise ConfigError("give one source of weights, not " + " and ".join(f"--{s}" for s in sources) + ".")

@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from simeval.config import BACKENDS, LOGGERS, ConfigError, LaunchConfig, from_mapping, load_yaml
+from simeval.config import BACKENDS, LAUNCHERS, LOGGERS, ConfigError, LaunchConfig, from_mapping, load_yaml
 
 SHIPPED_CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "halfcheetah_ppo.pt")
 
@@ -66,12 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-interval", type=float, help="--watch: seconds between directory scans (default 2)")
     p.add_argument("--start-timeout", type=float, help="seconds a worker may take to start (default 120)")
     p.add_argument("--no-obs-norm", dest="obs_norm", action="store_false", help="evaluate without VecNorm")
+    p.add_argument("--launcher", help=f"where the launcher runs: {', '.join(LAUNCHERS)} (default local)")
+    p.add_argument("--image", help="--launcher docker: the eval image (containers/Dockerfile)")
+    p.add_argument("--gpus", help="--launcher docker: host GPUs for the container, e.g. 1 or 0,2 or all (default none)")
+    p.add_argument("--network", help="--launcher docker: container network, e.g. host or none (default Docker's)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
 
-def parse(argv: list[str]) -> tuple[LaunchConfig, list[str], set[str], bool]:
-    """Config from YAML then flags; returns (config, flags for the init hook, explicit fields, had config)."""
+def parse(argv: list[str]) -> tuple[LaunchConfig, list[str], set[str], str | None]:
+    """Config from YAML then flags; returns (config, flags for the init hook, explicit fields, config path)."""
     ns, extra = build_parser().parse_known_args(argv)
     given = vars(ns)
     given.pop("debug", None)
@@ -85,7 +89,7 @@ def parse(argv: list[str]) -> tuple[LaunchConfig, list[str], set[str], bool]:
         raise ConfigError(
             f"unrecognized arguments: {' '.join(extra)} (flags simeval does not know go to --init-fn; none is set)."
         )
-    return cfg, extra, set(settings), bool(config_path)
+    return cfg, extra, set(settings), config_path
 
 
 # -- what workers build (module level: picklable by reference) -----------------
@@ -336,9 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
-        cfg, extra, explicit, had_config = parse(argv)
+        cfg, extra, explicit, config_path = parse(argv)
+        if cfg.launcher == "docker":
+            from simeval import container
+
+            return container.run(container.plan(cfg, argv, config_path))
         if cfg.source is None:
-            if had_config:
+            if config_path:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
             cfg.checkpoint = SHIPPED_CHECKPOINT
         if cfg.init_fn and cfg.backend == "thread":

@@ -1,0 +1,172 @@
+"""A real Docker engine for the tests: dockerd on a private socket, a Debian base made locally.
+
+No image registry is reachable from CI, so the base image is built with
+debootstrap from the Debian mirror the machine's apt sources already name,
+plus the machine's CA certificates (pip inside a build needs them). dockerd
+runs with a private data root and no bridge network; it is stopped by the PID
+it wrote. Needs root; installs docker.io and debootstrap when missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+PACKAGES = ("docker.io", "debootstrap")
+DOCKER = "/usr/bin/docker"  # the engine's own 20.10 client: its build path needs no buildx
+BASE_TAG = "local/debian:bookworm"
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "simeval")
+
+
+def ensure_installed() -> None:
+    if shutil.which("dockerd") and shutil.which("debootstrap") and os.path.exists(DOCKER):
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError("docker.io and debootstrap are not installed and installing them needs root")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt is configured with (never hard-coded)."""
+    texts = []
+    for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*"))]:
+        with contextlib.suppress(OSError):
+            texts.append(open(path).read())
+    for text in texts:
+        for stanza in re.split(r"\n\s*\n", text):  # deb822: "URIs:" + "Suites: bookworm ..."
+            uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+            suites = re.search(r"^Suites:(.*)$", stanza, re.M)
+            if uris and suites and "bookworm" in suites.group(1).split() and not uris.group(1).startswith("cdrom"):
+                return uris.group(1)
+        for line in text.splitlines():  # one-line format: deb URL bookworm main
+            m = re.match(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+bookworm\s", line)
+            if m:
+                return m.group(1)
+    raise RuntimeError("no Debian bookworm mirror in /etc/apt/sources.list*: cannot debootstrap a base image")
+
+
+@contextlib.contextmanager
+def docker_engine() -> Iterator[dict]:
+    """Start dockerd on a private socket; yield the environment (DOCKER_HOST) that reaches it."""
+    ensure_installed()
+    base = tempfile.mkdtemp(prefix="simeval-docker-")
+    sock = f"unix://{base}/docker.sock"
+    pidfile = os.path.join(base, "dockerd.pid")
+    log = open(os.path.join(base, "dockerd.log"), "w")
+    cmd = [
+        "dockerd",
+        f"--data-root={base}/data",
+        f"--exec-root={base}/exec",
+        f"--pidfile={pidfile}",
+        f"--host={sock}",
+        "--bridge=none",  # no network of its own: containers use none or host
+        "--iptables=false",
+        "--ip6tables=false",
+        "--ip-masq=false",
+    ]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = dict(os.environ, DOCKER_HOST=sock, DOCKER_BUILDKIT="0")
+    try:
+        deadline = time.time() + 60
+        while subprocess.run([DOCKER, "info"], env=env, capture_output=True).returncode != 0:
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"dockerd did not start; see {base}/dockerd.log")
+            time.sleep(0.3)
+        yield {"DOCKER_HOST": sock, "DOCKER_BUILDKIT": "0", "SIMEVAL_DOCKER_BASE": base}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        netns = os.path.join(base, "exec", "netns", "default")
+        if os.path.ismount(netns):
+            subprocess.run(["umount", netns], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def base_rootfs_tar() -> str:
+    """A tarball of a minimal Debian bookworm with the machine's CA bundle, cached across runs."""
+    tar = os.path.join(CACHE, "debian-bookworm-minbase.tar")
+    if os.path.exists(tar):
+        return tar
+    os.makedirs(CACHE, exist_ok=True)
+    rootfs = tempfile.mkdtemp(prefix="simeval-rootfs-")
+    try:
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", "bookworm", rootfs, debian_mirror()],
+            check=True,
+            capture_output=True,
+        )
+        # Outbound TLS may be intercepted here: pip and apt inside a build need the machine's CA bundle.
+        extra = glob.glob("/usr/local/share/ca-certificates/*.crt")
+        os.makedirs(os.path.join(rootfs, "usr/local/share/ca-certificates"), exist_ok=True)
+        for crt in extra:
+            shutil.copy(crt, os.path.join(rootfs, "usr/local/share/ca-certificates"))
+        if os.path.exists("/etc/ssl/certs/ca-certificates.crt"):
+            os.makedirs(os.path.join(rootfs, "etc/ssl/certs"), exist_ok=True)
+            shutil.copy("/etc/ssl/certs/ca-certificates.crt", os.path.join(rootfs, "etc/ssl/certs"))
+        partial = tar + ".partial"
+        subprocess.run(["tar", "-C", rootfs, "-cf", partial, "."], check=True)
+        os.replace(partial, tar)
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    return tar
+
+
+def import_base_image(env: dict, tag: str = BASE_TAG) -> str:
+    """``docker import`` the debootstrapped rootfs as ``tag`` (skipped when the engine has it)."""
+    if subprocess.run([DOCKER, "image", "inspect", tag], env=env, capture_output=True).returncode == 0:
+        return tag
+    tar = base_rootfs_tar()
+    with open(tar, "rb") as f:
+        subprocess.run(
+            [
+                DOCKER,
+                "import",
+                "--change",
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--change",
+                "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
+                "-",
+                tag,
+            ],
+            stdin=f,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    return tag
+
+
+def torch_wheelhouse(directory: str, spec: str) -> None:
+    """Put the torch wheel pip would install here (for the CI pin, a CPU wheel) into ``directory``.
+
+    pip resolves it through this machine's own configuration (local wheel
+    folders first), so the image build installs the same torch offline.
+    """
+    os.makedirs(directory, exist_ok=True)
+    if glob.glob(os.path.join(directory, "torch-*.whl")):
+        return
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", directory, spec],
+        check=True,
+        capture_output=True,
+    )
