@@ -224,6 +224,15 @@ def _stream(container, stdout: bool, sink) -> None:
         pass
 
 
+def _signal(container, name: str) -> None:
+    import docker
+
+    try:
+        container.kill(signal=name)
+    except docker.errors.APIError:
+        pass  # it exited in the meantime
+
+
 def run(spec: ContainerSpec) -> int:
     """Start the container, stream its logs, stop it on SIGTERM/SIGINT, remove it; its exit code."""
     client = _client()
@@ -243,9 +252,12 @@ def run(spec: ContainerSpec) -> int:
     user, extra_env = _user_for(client, spec)
     kwargs = spec.create_kwargs(user)
     kwargs["environment"] = {**kwargs["environment"], **extra_env}
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    container = client.containers.create(**kwargs)
+    signals: list[int] = []
+    try:
+        container = client.containers.create(**kwargs)
+    except docker.errors.APIError as exc:
+        raise ConfigError(f"the Docker engine refused the container ({_first_line(exc)}).") from None
+    previous = {s: signal.signal(s, lambda signum, _: signals.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         print(f"container {container.short_id} ({spec.image}) as {user}: results in {spec.out}", flush=True)
         streams = [
@@ -267,13 +279,20 @@ def run(spec: ContainerSpec) -> int:
         status: dict[str, Any] = {}
         waiter = threading.Thread(target=lambda: status.update(container.wait()), daemon=True)
         waiter.start()
-        stopping = False
+        term_sent, killed = None, False
         while waiter.is_alive():
             waiter.join(0.5)
-            if stop.is_set() and not stopping:
-                stopping = True
-                print(f"stopping container {container.short_id} (SIGTERM, {STOP_GRACE_S} s grace).", flush=True)
-                container.stop(timeout=STOP_GRACE_S)
+            if signals and term_sent is None:
+                term_sent = time.monotonic()
+                print(
+                    f"stopping container {container.short_id} (SIGTERM; a second signal or {STOP_GRACE_S} s kills it).",
+                    flush=True,
+                )
+                _signal(container, "SIGTERM")
+            elif term_sent is not None and not killed:
+                if len(signals) > 1 or time.monotonic() - term_sent > STOP_GRACE_S:
+                    killed = True
+                    _signal(container, "SIGKILL")
         for t in streams:
             t.join(5)
         return int(status.get("StatusCode", 1))
