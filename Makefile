@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.simeval-installed
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-native clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_evaluator.py
+
+bench-native: $(STAMP)
+	$(PY) benchmarks/bench_native.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -30,7 +30,9 @@ from torch import nn  # noqa: E402
 def make_cheetah(num_envs: int):
     from simeval.envs import make_env
 
-    return make_env("HalfCheetah-v5", num_envs=num_envs, obs_norm=False)
+    # gymnasium sub-envs on both sides: this benchmark compares the evaluators, not the envs
+    # (benchmarks/bench_native.py measures simeval's native MuJoCo env).
+    return make_env("HalfCheetah-v5", num_envs=num_envs, obs_norm=False, backend="gymnasium")
 
 
 class CheetahFactory:

@@ -14,6 +14,7 @@ from typing import Any
 BACKENDS = ("thread", "process", "ray")
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
+ENV_BACKENDS = ("native", "gymnasium")
 
 
 class ConfigError(ValueError):
@@ -26,6 +27,7 @@ class LaunchConfig:
     num_gpus: float = 0
     device: str | None = None
     env: str = "HalfCheetah-v5"
+    env_backend: str | None = None
     num_envs: int = 8
     episodes: int = 16
     max_steps: int | None = 1000
@@ -53,6 +55,8 @@ class LaunchConfig:
             raise ConfigError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}.")
         if self.logger not in LOGGERS:
             raise ConfigError(f"unknown logger {self.logger!r}: choose one of {', '.join(LOGGERS)}.")
+        if self.env_backend is not None and self.env_backend not in ENV_BACKENDS:
+            raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {', '.join(ENV_BACKENDS)}.")
         if self.launcher not in LAUNCHERS:
             raise ConfigError(f"unknown launcher {self.launcher!r}: choose one of {', '.join(LAUNCHERS)}.")
         if self.launcher != "docker":

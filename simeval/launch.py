@@ -24,7 +24,16 @@ import time
 import traceback
 from typing import Any
 
-from simeval.config import BACKENDS, LAUNCHERS, LOGGERS, ConfigError, LaunchConfig, from_mapping, load_yaml
+from simeval.config import (
+    BACKENDS,
+    ENV_BACKENDS,
+    LAUNCHERS,
+    LOGGERS,
+    ConfigError,
+    LaunchConfig,
+    from_mapping,
+    load_yaml,
+)
 
 SHIPPED_CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "halfcheetah_ppo.pt")
 
@@ -47,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-gpus", type=float, help="GPUs the Ray actor asks for (default 0)")
     p.add_argument("--device", help="eval device, e.g. cuda:1 (process backend: only that GPU is visible)")
     p.add_argument("--env", help="gymnasium id (HalfCheetah-v5, ...) or isaaclab:<task>")
+    p.add_argument(
+        "--env-backend",
+        help=f"MuJoCo envs: {', '.join(ENV_BACKENDS)} (default native for the tasks it has, else gymnasium)",
+    )
     p.add_argument("--num-envs", type=int, help="batched sub-envs (default 8)")
     p.add_argument("--episodes", type=int, help="complete episodes per evaluation (default 16)")
     p.add_argument("--max-steps", type=int, help="episode cap (default 1000)")
@@ -94,7 +107,13 @@ def parse(argv: list[str]) -> tuple[LaunchConfig, list[str], set[str], str | Non
 
 # -- what workers build (module level: picklable by reference) -----------------
 def build_env(
-    name: str, num_envs: int, max_steps: int | None, device: str | None, obs_norm: bool, video_dir: str | None
+    name: str,
+    num_envs: int,
+    max_steps: int | None,
+    device: str | None,
+    obs_norm: bool,
+    video_dir: str | None,
+    backend: str | None = None,
 ):
     if name.startswith("isaaclab:"):
         from simeval.envs.isaaclab import make_env as make_isaaclab_env
@@ -105,7 +124,13 @@ def build_env(
     from simeval.envs import make_env
 
     env = make_env(
-        name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, render=bool(video_dir)
+        name,
+        num_envs=num_envs,
+        max_steps=max_steps,
+        device=device,
+        obs_norm=obs_norm,
+        render=bool(video_dir),
+        backend=backend,
     )
     if video_dir:
         from simeval.video import EpisodeVideo
@@ -131,15 +156,19 @@ def placement(device: str | None, backend: str) -> tuple[str | None, str | None]
     return None, device
 
 
-def check_env_name(name: str) -> None:
+def check_env(name: str, backend: str | None = None) -> str:
+    """The env backend that will run ``name`` (isaaclab, native or gymnasium); a ConfigError if none can."""
     if name.startswith("isaaclab:"):
-        return
+        return "isaaclab"
     import gymnasium
 
     if name not in gymnasium.registry:
         raise ConfigError(
             f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>."
         )
+    from simeval.envs import env_backend
+
+    return env_backend(name, backend)
 
 
 class Launcher:
@@ -153,6 +182,7 @@ class Launcher:
         self.stop = threading.Event()
         self.evaluator = None
         self.spec_key = None  # (env, obs_norm, factory, kwargs) the evaluator was built for
+        self.env_backend = None  # native / gymnasium / isaaclab, recorded with every result
 
     # -- evaluator ----------------------------------------------------------
     def _plan(self, ck) -> tuple:
@@ -183,7 +213,7 @@ class Launcher:
                 )
             return self.evaluator
         env, obs_norm, factory, kwargs = key
-        check_env_name(env)
+        self.env_backend = check_env(env, self.cfg.env_backend)
         cfg = self.cfg
         cuda_visible, device = placement(cfg.device, cfg.backend)
         init_fn = None
@@ -199,10 +229,18 @@ class Launcher:
                 device=device,
             )
         video_dir = os.path.abspath(os.path.join(self.out, "videos")) if cfg.video else None
+        if cfg.backend == "thread" and device in (None, "cpu"):
+            import torch
+
+            # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
+            # intra-op thread, leaving the cores to the batched simulator's own threads.
+            torch.set_num_threads(1)
         from simeval import Evaluator
 
         self.evaluator = Evaluator(
-            functools.partial(build_env, env, cfg.num_envs, cfg.max_steps, device, obs_norm, video_dir),
+            functools.partial(
+                build_env, env, cfg.num_envs, cfg.max_steps, device, obs_norm, video_dir, cfg.env_backend
+            ),
             policy_factory=functools.partial(build_policy, factory, dict(kwargs)),
             num_trajectories=cfg.episodes,
             max_steps=cfg.max_steps,
@@ -263,6 +301,7 @@ class Launcher:
                 backend=self.cfg.backend,
                 wall_time=round(seconds, 3),
                 env=self.spec_key[0],
+                env_backend=self.env_backend,
             )
         )
         print(format_result(result, ck), flush=True)
@@ -273,7 +312,7 @@ class Launcher:
 
         mode = self.cfg.source
         if "env" in self.explicit:
-            check_env_name(self.cfg.env)  # before waiting for checkpoints that may never come
+            check_env(self.cfg.env, self.cfg.env_backend)  # before waiting for checkpoints that may never come
         log = ResultsLog(self.out, self.cfg.logger if mode != "serve" else None)
         print(f"results: {log.path}", flush=True)
         try:

@@ -5,13 +5,32 @@ its first episode ends, streaming frames into an MP4 (no frame is kept in
 memory); ``dump(step=...)``, which the worker calls after every round, moves
 the file to ``<video_dir>/step_<step>.mp4``. Nothing renders unless asked.
 Needs ``MUJOCO_GL=egl`` (GPU or Mesa) or ``osmesa``; ``egl`` is the default.
+Works on both backends of ``simeval.envs.make_env`` (see :func:`render_first`).
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from torchrl.envs.transforms import Transform
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torchrl.envs import EnvBase
+
+
+def render_first(base_env: EnvBase) -> np.ndarray:
+    """Sub-env 0 of a batched env as an (H, W, 3) uint8 frame.
+
+    The native env (``simeval.envs.mujoco``) renders sub-env 0 itself; a
+    gymnasium vector env under torchrl's GymWrapper renders through its first
+    sub-env (built with ``render_mode="rgb_array"``).
+    """
+    vec = getattr(base_env, "_env", None)
+    if vec is not None and hasattr(vec, "envs"):
+        return vec.envs[0].render()
+    return base_env.render()
 
 
 class EpisodeVideo(Transform):
@@ -24,7 +43,7 @@ class EpisodeVideo(Transform):
         self._tmp = os.path.join(video_dir, f".recording-{os.getpid()}.mp4")
 
     def _render(self):
-        return self.parent.base_env._env.envs[0].render()
+        return render_first(self.parent.base_env)
 
     def _close(self) -> None:
         if self._writer is not None:

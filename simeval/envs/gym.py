@@ -1,11 +1,22 @@
 """Batched gymnasium MuJoCo tasks as torchrl envs (float32, VecNormV2, RewardSum, StepCounter).
 
-Sub-envs run in one process through gymnasium's SyncVectorEnv with
-autoreset disabled, so torchrl drives partial resets itself (``_reset``
-masks) and no spawned worker processes are needed.
+Two backends build the same env (same keys, dtypes, seeding, time limit and
+transform layout, so checkpoints and ``OBS_NORM_ID`` fit both):
+
+* ``"native"`` (:mod:`simeval.envs.mujoco`): every sub-env in one
+  ``mujoco.batch.Batch``, stepped in C on a thread pool, with observations and
+  rewards computed for the whole batch in NumPy. The default for ``NATIVE_TASKS``.
+* ``"gymnasium"``: gymnasium's SyncVectorEnv with autoreset disabled, so
+  torchrl drives partial resets itself (``_reset`` masks) and no spawned
+  worker processes are needed. Any registered gymnasium id.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase, TransformedEnv
 
 # The model id of make_env's VecNormV2, for weights_dict={OBS_NORM_ID: train_env.transform[2]}.
 OBS_NORM_ID = "env.transform[2]"
@@ -21,6 +32,29 @@ MUJOCO_TASKS = (
     "Reacher-v5",
 )
 
+# What backend="native" runs (simeval.envs.mujoco_tasks.TASKS; kept here so that
+# importing simeval.envs loads no NumPy, torch or MuJoCo).
+NATIVE_TASKS = (
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Walker2d-v5",
+    "Ant-v5",
+    "InvertedPendulum-v5",
+    "Humanoid-v5",
+)
+BACKENDS = ("native", "gymnasium")
+
+
+def env_backend(name: str, backend: str | None = None) -> str:
+    """The backend ``make_env`` uses for ``name``: ``backend`` checked, or native where it has the task."""
+    if backend not in (None, *BACKENDS):
+        raise ValueError(f"unknown backend {backend!r}: choose 'native' or 'gymnasium' (or None for the default).")
+    if backend == "native" and name not in NATIVE_TASKS:
+        raise ValueError(
+            f"backend='native' has no {name!r} (it runs {', '.join(NATIVE_TASKS)}): use backend='gymnasium'."
+        )
+    return backend or ("native" if name in NATIVE_TASKS else "gymnasium")
+
 
 def make_env(
     name: str = "HalfCheetah-v5",
@@ -31,8 +65,15 @@ def make_env(
     device: str | None = None,
     obs_norm: bool = True,
     render: bool = False,
-):
+    backend: str | None = None,
+    num_threads: int | None = None,
+    exact_contact_forces: bool = False,
+) -> TransformedEnv:
     """A batched torchrl env for a gymnasium task.
+
+    Transforms, in this order on both backends: DoubleToFloat (a no-op on the
+    native backend, kept so that indices match), StepCounter, VecNormV2 (with
+    ``obs_norm``), RewardSum.
 
     Args:
         name: gymnasium id (the MuJoCo v5 tasks are tested; others may work).
@@ -44,27 +85,33 @@ def make_env(
         obs_norm: append a VecNormV2 on ``observation`` with statistics shared
             across sub-envs (so they do not depend on ``num_envs``). An eval
             worker freezes it and needs the training statistics (``weights_dict``).
-        render: build the sub-envs with ``render_mode="rgb_array"``.
+        render: make sub-env 0 renderable (240x240 RGB frames from the
+            "track" camera, for ``simeval.video``). The gymnasium backend then
+            builds its sub-envs with ``render_mode="rgb_array"``; the native
+            env renders only when its ``render()`` is called, either way.
+        backend: ``"native"`` or ``"gymnasium"``; ``None`` picks native for
+            ``NATIVE_TASKS`` and gymnasium for any other id.
+        num_threads: native backend only: threads that step the batch
+            (``None``: one per available CPU, at most ``num_envs``).
+        exact_contact_forces: native backend, Ant and Humanoid only: observe
+            gymnasium's contact forces exactly, at the cost of a Python call per
+            sub-env in contact each step (see ``MujocoBatchEnv``); by default
+            they are taken one RK4 stage earlier, with no per-sub-env code.
     """
-    import gymnasium as gym
-    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
-    from torchrl.envs.libs.gym import GymWrapper
-    from torchrl.envs.transforms import VecNormV2
-
+    backend = env_backend(name, backend)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
-    if name not in gym.registry:
-        raise ValueError(
-            f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
+    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs.transforms import VecNormV2
+
+    if backend == "native":
+        from simeval.envs.mujoco import MujocoBatchEnv
+
+        base = MujocoBatchEnv(
+            name, num_envs, device=device, num_threads=num_threads, exact_contact_forces=exact_contact_forces
         )
-    vec = gym.make_vec(
-        name,
-        num_envs=num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
-        **({"render_mode": "rgb_array", "width": 240, "height": 240, "camera_name": "track"} if render else {}),
-    )
-    base = GymWrapper(vec, device=device)
+    else:
+        base = _gymnasium_env(name, num_envs, device, render)
     env = TransformedEnv(base)
     env.append_transform(DoubleToFloat())
     env.append_transform(StepCounter(max_steps))
@@ -78,3 +125,22 @@ def make_env(
     if seed is not None:
         env.set_seed(seed)
     return env
+
+
+def _gymnasium_env(name: str, num_envs: int, device: str | None, render: bool) -> EnvBase:
+    """``num_envs`` gymnasium sub-envs in a SyncVectorEnv (autoreset disabled) under torchrl's GymWrapper."""
+    import gymnasium as gym
+    from torchrl.envs.libs.gym import GymWrapper
+
+    if name not in gym.registry:
+        raise ValueError(
+            f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
+        )
+    vec = gym.make_vec(
+        name,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+        **({"render_mode": "rgb_array", "width": 240, "height": 240, "camera_name": "track"} if render else {}),
+    )
+    return GymWrapper(vec, device=device)

@@ -1,0 +1,288 @@
+"""Native batched MuJoCo envs: N copies of a gymnasium v5 task stepped by ``mujoco.batch``.
+
+One ``mujoco.batch.Batch`` holds every sub-env's physics state and steps them
+all in C on a thread pool with the GIL released; observations, rewards,
+terminations and truncations are computed for the whole batch at once with
+NumPy (see :mod:`simeval.envs.mujoco_tasks`). No Python code runs per sub-env
+on the step path; only a reset draws each reset sub-env's noise from its own
+generator, as gymnasium's sub-envs do.
+
+It mirrors the gymnasium backend of :func:`simeval.envs.make_env` (a
+``SyncVectorEnv`` under torchrl's ``GymWrapper``): same XML assets, same
+float32 outputs and keys, the TimeLimit of the gymnasium registry, and the same
+seeding (sub-env ``i`` is seeded with ``seed + i`` and ``set_seed`` resets every
+sub-env, as ``GymWrapper.set_seed`` does), so one seed gives the same initial
+states, and the same actions the same episodes, on both backends.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from simeval.envs.mujoco_tasks import Sim, get_task, load_model
+
+if TYPE_CHECKING:
+    import mujoco
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class MujocoBatchEnv(EnvBase):
+    """A batch of ``num_envs`` sub-envs of a gymnasium MuJoCo v5 task, as one torchrl env.
+
+    Args:
+        task: gymnasium id, one of :data:`simeval.envs.mujoco_tasks.TASKS`.
+        num_envs: sub-envs (batch size ``[num_envs]``).
+        device: where the output tensors go (the physics runs on CPU); ``None``: CPU.
+        num_threads: threads that step the batch (``None``: one per available
+            CPU, at most ``num_envs``).
+        max_episode_steps: truncation step (``None``: gymnasium's registered
+            TimeLimit, 1000 for every task here).
+        exact_contact_forces: Ant and Humanoid only (their observed contact
+            forces, ``cfrc_ext``, and contact cost). gymnasium calls
+            ``mj_rnePostConstraint`` after ``mj_step``, so with these tasks'
+            RK4 integrator it reads the forces of the last RK4 stage, an
+            intermediate state that ``mujoco.batch`` cannot reach without a
+            call per sub-env. By default (``False``, no Python per sub-env) the
+            forces are those of the forward pass at the start of the last
+            physics substep, one RK4 stage earlier; everything else is
+            unchanged. ``True`` reproduces gymnasium's values exactly with a
+            Python loop over the sub-envs in contact (``get_data`` and
+            ``mj_rnePostConstraint``, ~15 us each): a few percent on 2 cores,
+            but serial, so its share grows with the batch's thread count.
+        render_size: (height, width) of :meth:`render` frames.
+    """
+
+    def __init__(
+        self,
+        task: str = "HalfCheetah-v5",
+        num_envs: int = 1,
+        *,
+        device: str | torch.device | None = None,
+        num_threads: int | None = None,
+        max_episode_steps: int | None = None,
+        exact_contact_forces: bool = False,
+        render_size: tuple[int, int] = (240, 240),
+    ) -> None:
+        import mujoco
+        from mujoco.batch import Batch
+
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+        self.task = get_task(task)
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        exact = bool(exact_contact_forces and self.task.contact_forces)
+        self._model = load_model(self.task, contact_sensor=self.task.contact_forces and not exact)
+        threads = num_threads if num_threads is not None else min(_available_cpus(), num_envs)
+        self._batch = Batch(self._model, num_envs, max(1, threads), persistent=exact)
+        self._exact_contacts = exact
+        self._n = num_envs
+        self._dt = self._model.opt.timestep * self.task.frame_skip  # as gymnasium's MujocoEnv.dt
+        self._max_steps = max_episode_steps or self.task.max_episode_steps
+        self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        data = mujoco.MjData(self._model)
+        self._init_qpos, self._init_qvel = data.qpos.copy(), data.qvel.copy()
+        self._sim = Sim(
+            model=self._model,
+            qpos=self._batch.bind("qpos"),
+            qvel=self._batch.bind("qvel"),
+            ctrl=self._batch.bind("ctrl"),
+            cfrc_ext=np.zeros((num_envs, self._model.nbody, 6)),
+            **{name: self._batch.bind(name) for name in self.task.outputs},
+        )
+        if self.task.contact_forces:
+            self._ncon = self._batch.bind("ncon") if exact else None
+            self._cfrc_bound = None if exact else self._batch.bind("cfrc_ext")
+        self._obs_dim = self.task.obs_dim(self._model)
+        self._rngs: list[np.random.Generator] | None = None
+        self._render_size = render_size
+        self._renderer = None
+        self._scratch_data = None
+        self._make_specs()
+        self._batch.reset()
+        self.is_closed = False
+
+    # -- specs ------------------------------------------------------------
+    def _make_specs(self) -> None:
+        n, nu = self._n, self._model.nu
+        bounds = self._model.actuator_ctrlrange.astype(np.float32)  # gymnasium's action space
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(n, self._obs_dim), dtype=torch.float32, device=self.device),
+            shape=(n,),
+        )
+        self.action_spec = Bounded(
+            low=torch.as_tensor(bounds[:, 0]).expand(n, nu),
+            high=torch.as_tensor(bounds[:, 1]).expand(n, nu),
+            shape=(n, nu),
+            dtype=torch.float32,
+            device=self.device,
+        )
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=self.device)
+        flag = {"shape": (n, 1), "dtype": torch.bool, "device": self.device}
+        self.done_spec = Composite(
+            done=Categorical(2, **flag), terminated=Categorical(2, **flag), truncated=Categorical(2, **flag), shape=(n,)
+        )
+
+    # -- seeding and resets ---------------------------------------------------
+    def _set_seed(self, seed: int | None) -> None:
+        """Seed sub-env ``i`` with ``seed + i``, then reset every sub-env (as GymWrapper.set_seed does)."""
+        if seed is not None:
+            self._seed(seed)
+        self._reset_sims(None)
+
+    def _seed(self, seed: int) -> None:
+        # gymnasium.utils.seeding.np_random(seed + i): one PCG64 generator per sub-env.
+        self._rngs = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed + i))) for i in range(self._n)]
+
+    def _reset_sims(self, ids: np.ndarray | None) -> None:
+        """gymnasium's reset for the sub-envs ``ids`` (None: all): defaults, noise, then mj_forward."""
+        import mujoco
+
+        if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
+            self._rngs = [np.random.Generator(np.random.PCG64()) for _ in range(self._n)]
+        sim = self._sim
+        self._batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        for i in range(self._n) if ids is None else ids.tolist():
+            sim.qpos[i], sim.qvel[i] = self.task.initial_state(self._rngs[i], self._init_qpos, self._init_qvel)
+        self._batch.forward(ids)
+        every = slice(None) if ids is None else ids
+        self._elapsed[every] = 0
+        sim.cfrc_ext[every] = 0.0  # mj_resetData clears cfrc_ext and mj_forward does not fill it
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        seed = kwargs.get("seed")
+        if seed is not None:
+            self._seed(seed)
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        ids = None
+        if mask is not None:
+            mask = mask.reshape(-1).cpu().numpy()
+            ids = None if mask.all() else np.flatnonzero(mask).astype(np.int32)
+        if ids is None or len(ids):
+            self._reset_sims(ids)
+        obs = self.task.observe(self._sim, np.empty((self._n, self._obs_dim), dtype=np.float32))
+        false = torch.zeros((self._n, 1), dtype=torch.bool)
+        out = {
+            "observation": torch.from_numpy(obs),
+            "done": false,
+            "terminated": false.clone(),
+            "truncated": false.clone(),
+        }
+        return self._wrap(out)
+
+    # -- stepping ---------------------------------------------------------
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get("action").detach()
+        if action.device.type != "cpu":
+            action = action.cpu()
+        a = action.numpy().reshape(self._n, -1)
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        sim, task = self._sim, self.task
+        before = task.position(sim)
+        sim.ctrl[:] = a
+        self._batch.step(nstep=task.frame_skip)
+        if task.contact_forces:
+            self._read_contact_forces()
+        obs = task.observe(sim, np.empty((self._n, self._obs_dim), dtype=np.float32))
+        reward, terminated = task.outcome(sim, a, before, self._dt)
+        self._elapsed += 1
+        truncated = self._elapsed >= self._max_steps
+        terminated = torch.from_numpy(terminated).unsqueeze(-1)
+        truncated = torch.from_numpy(truncated).unsqueeze(-1)
+        out = {
+            "observation": torch.from_numpy(obs),
+            "reward": torch.from_numpy(reward.astype(np.float32)).unsqueeze(-1),
+            "done": terminated | truncated,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+        return self._wrap(out)
+
+    def _wrap(self, out: dict) -> TensorDictBase:
+        device = self.device
+        if device is not None and device.type != "cpu":
+            out = {k: v.to(device, non_blocking=True) for k, v in out.items()}
+        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=device)
+
+    def _read_contact_forces(self) -> None:
+        cfrc = self._sim.cfrc_ext
+        if not self._exact_contacts:
+            np.copyto(cfrc, self._cfrc_bound)
+            return
+        # gymnasium: mj_rnePostConstraint on the data mj_step leaves behind. Without
+        # contacts (and no perturbations or equality constraints, true of these tasks) it is 0.
+        import mujoco
+
+        data = self._scratch_data
+        if data is None:
+            data = self._scratch_data = mujoco.MjData(self._model)
+        cfrc[:] = 0.0
+        for i in np.flatnonzero(self._ncon).tolist():
+            self._batch.get_data(i, data)
+            mujoco.mj_rnePostConstraint(self._model, data)
+            cfrc[i] = data.cfrc_ext
+
+    # -- rendering --------------------------------------------------------
+    def render(self) -> np.ndarray:
+        """Sub-env 0 as an (H, W, 3) uint8 RGB frame, from the task's tracking camera.
+
+        The renderer (an OpenGL context: ``MUJOCO_GL=egl`` or ``osmesa`` when
+        headless) is created on the first call, in the calling thread.
+        """
+        import mujoco
+
+        model = self._model
+        if self._renderer is None:
+            height, width = self._render_size
+            model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
+            model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+            self._render_data = mujoco.MjData(model)
+        data = self._batch.get_data(0, self._render_data)
+        mujoco.mj_forward(model, data)
+        if self._renderer is None:
+            self._camera = self._make_camera(data)
+            self._renderer = mujoco.Renderer(model, height=self._render_size[0], width=self._render_size[1])
+        self._renderer.update_scene(data, camera=self._camera)
+        return self._renderer.render()
+
+    def _make_camera(self, data: mujoco.MjData) -> int | mujoco.MjvCamera:
+        """The model's "track" camera where it has one (as make_env's gymnasium backend renders),
+        else gymnasium's default: a free camera on the scene, then the task's DEFAULT_CAMERA_CONFIG."""
+        import mujoco
+
+        cam_id = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
+        if cam_id >= 0:
+            return cam_id
+        cam = mujoco.MjvCamera()
+        cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+        cam.fixedcamid = -1
+        cam.lookat[:] = np.median(data.geom_xpos, axis=0)
+        cam.distance = self._model.stat.extent
+        for key, value in self.task.camera.items():
+            if isinstance(value, tuple):
+                getattr(cam, key)[:] = value
+            else:
+                setattr(cam, key, value)
+        return cam
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        renderer, self._renderer = self._renderer, None
+        if renderer is not None:
+            renderer.close()
+        super().close(raise_if_closed=raise_if_closed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(task={self.task.name!r}, num_envs={self._n}, threads={self._batch.nthread})"
