@@ -20,6 +20,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from root_services import apt_install
+
 PACKAGES = ("docker.io", "debootstrap")
 DOCKER = "/usr/bin/docker"  # the engine's own 20.10 client: its build path needs no buildx
 BASE_TAG = "local/debian:bookworm"
@@ -27,18 +29,7 @@ CACHE = os.path.join(os.path.expanduser("~"), ".cache", "simeval")
 
 
 def ensure_installed() -> None:
-    if shutil.which("dockerd") and shutil.which("debootstrap") and os.path.exists(DOCKER):
-        return
-    if os.geteuid() != 0:
-        raise RuntimeError("docker.io and debootstrap are not installed and installing them needs root")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    apt_install(("dockerd", "debootstrap", DOCKER), PACKAGES)
 
 
 def debian_mirror() -> str:

@@ -18,22 +18,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from root_services import apt_install
+
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 
 
 def ensure_installed() -> None:
-    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
-        return
-    if os.geteuid() != 0:
-        raise RuntimeError("Slurm is not installed and installing it needs root")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+    apt_install(("slurmctld", "slurmd", "sbatch", "munged"), PACKAGES)
 
 
 def _munge_works() -> bool:

@@ -17,6 +17,7 @@ import time
 
 import pytest
 from launch_helpers import REPO, cli, popen_cli, write_checkpoints
+from root_services import started_or_skip
 
 from simeval.config import ConfigError, LaunchConfig
 from simeval.container import LABEL, gpu_device_requests, plan, strip_flags
@@ -93,17 +94,10 @@ def test_an_unreachable_engine_is_one_clear_line(tmp_path):
 # -- a real engine ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine():
-    if os.geteuid() != 0:
-        pytest.skip("a private dockerd needs root (CI runs as root)")
     from docker_engine import docker_engine
 
-    try:
-        cm = docker_engine()
-        env = cm.__enter__()
-    except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"could not start a Docker engine here: {exc}")
-    yield env
-    cm.__exit__(None, None, None)
+    with started_or_skip(docker_engine, "a private Docker engine") as env:
+        yield env
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from launch_helpers import REPO, write_checkpoints
+from root_services import started_or_skip
 from slurm_cluster import job_state, slurm_cluster, wait_for
 
 SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30")
@@ -16,15 +17,8 @@ SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30")
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("a real Slurm needs root (CI runs as root)")
-    try:
-        cm = slurm_cluster()
-        env = cm.__enter__()
-    except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"could not start Slurm here: {exc}")
-    yield {**os.environ, **env}, tmp_path_factory.mktemp("slurm-jobs")
-    cm.__exit__(None, None, None)
+    with started_or_skip(slurm_cluster, "a real Slurm") as env:
+        yield {**os.environ, **env}, tmp_path_factory.mktemp("slurm-jobs")
 
 
 def sbatch(slurm, *args: str) -> tuple[str, str]:
