@@ -21,17 +21,6 @@ if TYPE_CHECKING:
 # The model id of make_env's VecNormV2, for weights_dict={OBS_NORM_ID: train_env.transform[2]}.
 OBS_NORM_ID = "env.transform[2]"
 
-MUJOCO_TASKS = (
-    "HalfCheetah-v5",
-    "Hopper-v5",
-    "Walker2d-v5",
-    "Ant-v5",
-    "InvertedPendulum-v5",
-    "Humanoid-v5",
-    "Swimmer-v5",
-    "Reacher-v5",
-)
-
 # What backend="native" runs (simeval.envs.mujoco_tasks.TASKS; kept here so that
 # importing simeval.envs loads no NumPy, torch or MuJoCo).
 NATIVE_TASKS = (
@@ -42,6 +31,8 @@ NATIVE_TASKS = (
     "InvertedPendulum-v5",
     "Humanoid-v5",
 )
+# gymnasium's MuJoCo v5 tasks named in error messages; the last two run on the gymnasium backend only.
+MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
 BACKENDS = ("native", "gymnasium")
 
 
