@@ -90,14 +90,7 @@ class ContainerSpec:
             "detach": True,
         }
         if self.device_requests:
-            from docker.types import DeviceRequest
-
-            kwargs["device_requests"] = [
-                DeviceRequest(
-                    driver=r["Driver"], count=r["Count"], device_ids=r["DeviceIDs"], capabilities=r["Capabilities"]
-                )
-                for r in self.device_requests
-            ]
+            kwargs["device_requests"] = self.device_requests  # the SDK takes the engine's field names
         if self.network_mode:
             kwargs["network_mode"] = self.network_mode
         return kwargs
@@ -245,10 +238,9 @@ def run(spec: ContainerSpec) -> int:
             f"image {spec.image!r} is not on this Docker engine: build it "
             f"(docker build -f containers/Dockerfile -t {spec.image} .) or docker pull it."
         ) from None
-    os.makedirs(spec.out, exist_ok=True)
     for path in spec.volumes:
         if not os.path.exists(path):
-            os.makedirs(path, exist_ok=True)  # a --watch directory training has not created yet
+            os.makedirs(path, exist_ok=True)  # --out, or a --watch directory training has not created yet
     user, extra_env = _user_for(client, spec)
     kwargs = spec.create_kwargs(user)
     kwargs["environment"] = {**kwargs["environment"], **extra_env}
