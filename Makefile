@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints-ci.txt
 	touch $@
 
 demo: $(STAMP)
-	$(PY) -m simeval.demo
+	$(PY) -m simeval.launch.demo
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q

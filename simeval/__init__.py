@@ -16,13 +16,23 @@ __version__ = "0.1.0"
 _LAZY = {
     "Evaluator": "simeval.evaluator",
     "connect": "simeval.evaluator",
+    "RayEvalWorker": "simeval.ray_eval_worker",
     "EvalError": "simeval.errors",
-    "save_checkpoint": "simeval.checkpoint",
-    "load_checkpoint": "simeval.checkpoint",
-    "CheckpointError": "simeval.checkpoint",
+    "save_checkpoint": "simeval.launch.checkpoint",
+    "load_checkpoint": "simeval.launch.checkpoint",
+    "CheckpointError": "simeval.launch.checkpoint",
 }
 
-__all__ = ["Evaluator", "EvalError", "connect", "save_checkpoint", "load_checkpoint", "CheckpointError", "__version__"]
+__all__ = [
+    "Evaluator",
+    "EvalError",
+    "RayEvalWorker",
+    "connect",
+    "save_checkpoint",
+    "load_checkpoint",
+    "CheckpointError",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

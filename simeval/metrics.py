@@ -83,8 +83,8 @@ def summarize(
     }
 
 
-def format_result(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str, Any]:
-    """Prefix the raw worker metrics the way the seed's Evaluator names them.
+def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str, Any]:
+    """The raw worker metrics under ``<prefix>/...`` keys, as the seed's Evaluator names them.
 
     ``raw`` holds plain numbers; ``custom`` holds metrics_fn's output and
     ``episode_returns`` / ``episode_lengths`` the per-episode lists.

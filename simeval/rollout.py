@@ -31,6 +31,34 @@ class Episodes:
     seconds: float
     trajectories: TensorDictBase | None = None  # [N, T] with ("collector", "mask")
     traj_ids: list[int] = field(default_factory=list)
+    step_reward_to_first_done: float = float("nan")
+
+
+class FirstDoneReward:
+    """Mean per-step reward (over sub-envs) from the round's start until any sub-env is done.
+
+    The figure torchrl's ``RayEvalWorker`` reports as ``reward``: a rollout that
+    stops at the first done. Kept for ``simeval.RayEvalWorker``'s drop-in
+    ``reward`` key; it is biased towards short episodes, unlike the episode returns.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.steps = 0
+        self.closed = False
+
+    def add(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        if self.closed:
+            return
+        any_done = done.any(0).nonzero()
+        upto = int(any_done[0]) + 1 if any_done.numel() else done.shape[1]
+        self.total += float(reward[:, :upto].double().mean(0).sum())
+        self.steps += upto
+        self.closed = bool(any_done.numel())
+
+    @property
+    def value(self) -> float:
+        return self.total / self.steps if self.steps else float("nan")
 
 
 class EpisodeTally:
@@ -137,6 +165,7 @@ def run_round(
     """Reset (and seed) every env, then collect until each sub-env met its quota."""
     env_ndim = len(env.batch_size)
     tally = EpisodeTally(quotas)
+    first_done = FirstDoneReward()
     batches: list[TensorDictBase] = []
     env_steps = 0
     start = time.perf_counter()
@@ -158,6 +187,7 @@ def run_round(
             None if steps is None else _flat_env(steps, env_ndim),
             None if traj is None else _flat_env(traj, env_ndim),
         )
+        first_done.add(reward, done)
         env_steps += done.numel()
         if keep_trajectories:
             batches.append(batch.clone())
@@ -166,7 +196,7 @@ def run_round(
     seconds = time.perf_counter() - start
     returns, lengths, ids = tally.episodes()
     trajectories = _select_trajectories(batches, ids) if keep_trajectories else None
-    return Episodes(returns, lengths, env_steps, seconds, trajectories, ids)
+    return Episodes(returns, lengths, env_steps, seconds, trajectories, ids, first_done.value)
 
 
 def _select_trajectories(batches: list[TensorDictBase], ids: list[int]) -> TensorDictBase:

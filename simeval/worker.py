@@ -2,8 +2,13 @@
 
 Every backend runs this same class (in a thread, a child process or a Ray
 actor), so the same weights and seed give the same numbers everywhere. Its
-results are plain Python (and NumPy for video) so they cross process
+results are plain Python (and NumPy for frames) so they cross process
 boundaries without torch's shared-memory pickling.
+
+A caller's env is left as it was found: what the rollout needs on top of it
+(a step counter, a frame recorder) lives on a wrapper of the worker's own,
+and the flags a round changes (VecNorm frozen, StepCounter caps, the
+policy's train mode) are restored afterwards.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from simeval import metrics, vecnorm
+from simeval.frames import FrameBuffer, can_render
 from simeval.rollout import StoppablePolicy, run_round
-from simeval.spec import EvalSpec
+from simeval.settings import EvalSettings, RoundOverrides
 from simeval.weights import load_weights, resolve_model
 
 
@@ -87,7 +93,7 @@ def _eval_mode(policy) -> Any:
 
 @contextlib.contextmanager
 def _max_steps_for_round(env, max_steps: int | None):
-    """Honour ``max_steps`` when the env already counts steps (restored afterwards)."""
+    """Honour ``max_steps`` with the env's step counters (their caps restored afterwards)."""
     counters = _step_counters(env) if max_steps is not None else []
     before = [c.max_steps for c in counters]
     for c in counters:
@@ -97,6 +103,17 @@ def _max_steps_for_round(env, max_steps: int | None):
     finally:
         for c, b in zip(counters, before, strict=True):
             c.max_steps = b
+
+
+@contextlib.contextmanager
+def _exploration_for_round(collector, name: str | None):
+    before = collector.exploration_type
+    if name is not None:
+        collector.exploration_type = _exploration(name)
+    try:
+        yield
+    finally:
+        collector.exploration_type = before
 
 
 def batch_steps(max_steps: int | None, num_envs: int, max_frames: int = 1 << 18) -> int:
@@ -124,7 +141,7 @@ class EvalWorker:
 
     def __init__(
         self,
-        spec: EvalSpec,
+        settings: EvalSettings,
         *,
         env=None,
         policy=None,
@@ -132,14 +149,16 @@ class EvalWorker:
         policy_factory: Callable | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        self.spec = spec
-        self.env = env
+        self.settings = settings
+        self.env = env  # what model ids ("env.transform[2]") and VecNorm checks refer to
         self.policy = policy
         self._env_factory = env_factory
         self._policy_factory = policy_factory
         self._owns_env = env is None
         self.stop = stop or threading.Event()
         self._collector = None
+        self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
+        self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
 
     # -- building -------------------------------------------------------
@@ -150,8 +169,8 @@ class EvalWorker:
             self.env = vecnorm.freeze_owned(self._env_factory())
         if self.policy is None:
             self.policy = self._policy_factory(self.env)
-        if self.spec.device is not None:
-            self._device = torch.device(self.spec.device)
+        if self.settings.device is not None:
+            self._device = torch.device(self.settings.device)
         else:
             try:
                 self._device = next(self.policy.parameters()).device
@@ -161,40 +180,52 @@ class EvalWorker:
             # One intra-op thread: small CPU policies run faster, and an eval worker
             # beside training should not take every core from it.
             torch.set_num_threads(1)
-        if not _step_counters(self.env):
-            # Count steps ourselves rather than letting the collector wrap the env: its
-            # wrapper would clone the transforms, and freezing or loading VecNorm
-            # statistics would then miss the copies the rollout really uses.
-            from torchrl.envs import StepCounter, TransformedEnv
-
-            counter = StepCounter(self.spec.max_steps)
-            if isinstance(self.env, TransformedEnv):
-                self.env.append_transform(counter)
-            else:
-                self.env = TransformedEnv(self.env, counter)
-        self._episode_return_key = _episode_return_key(self.env, self.spec.reward_key)
+        self._episode_return_key = _episode_return_key(self.env, self.settings.reward_key)
         self._num_envs = max(1, int(torch.Size(self.env.batch_size).numel()))
+        rollout_env = self._wrap(self.env)
         # The collector resets the env and probes the policy once: no statistics
         # update and no train-mode call may happen there either.
         with vecnorm.frozen_for_round(self.env), _eval_mode(self.policy), torch.no_grad():
-            self._collector = self._make_collector()
-        self.env = self._collector.env
+            self._collector = self._make_collector(rollout_env)
+        self._rollout_env = self._collector.env
 
-    def _make_collector(self):
-        spec = self.spec
-        fpb = spec.frames_per_batch or self._num_envs * batch_steps(spec.max_steps, self._num_envs)
+    def _wrap(self, env):
+        """The env the rollout steps: ``env`` itself, or a wrapper of this worker's own around it.
+
+        A step counter (episode lengths, ``max_steps``) is added when the env has
+        none, and a frame recorder when frames are asked for and the env renders.
+        ``auto_unwrap=False`` keeps torchrl from merging the wrapper into ``env``'s
+        own transforms, which would clone them (and their VecNorm statistics).
+        """
+        from torchrl.envs import Compose, StepCounter, TransformedEnv
+
+        extra = []
+        if not _step_counters(env):
+            extra.append(StepCounter(self.settings.max_steps))
+        self._frames = None
+        if self.settings.record_frames and can_render(env):
+            self._frames = FrameBuffer()
+            extra.append(self._frames)
+        if not extra:
+            return env
+        return TransformedEnv(env, Compose(*extra), auto_unwrap=False)
+
+    def _make_collector(self, env):
+        settings = self.settings
+        max_steps = settings.max_steps
+        fpb = settings.frames_per_batch or self._num_envs * batch_steps(max_steps, self._num_envs)
         fpb = -(-fpb // self._num_envs) * self._num_envs  # a whole number of steps per sub-env
-        kwargs = dict(spec.collector_kwargs or {})
-        if spec.collector_cls is None:
+        kwargs = dict(settings.collector_kwargs or {})
+        if settings.collector_cls is None:
             # The eval env is complete as given: do not let the collector add transforms.
             kwargs.setdefault("auto_register_policy_transforms", False)
-        return _collector_cls(spec.collector_cls)(
-            create_env_fn=self.env,
+        return _collector_cls(settings.collector_cls)(
+            create_env_fn=env,
             policy=StoppablePolicy(self.policy, self.stop),
             frames_per_batch=fpb,
             total_frames=-1,
             max_frames_per_traj=None,
-            exploration_type=_exploration(spec.exploration_type),
+            exploration_type=_exploration(settings.exploration_type),
             **kwargs,
         )
 
@@ -212,15 +243,17 @@ class EvalWorker:
             load_weights(target, td, model_id)
 
     # -- one round ------------------------------------------------------
-    def run(self, weights: Mapping[str, TensorDictBase] | None, step: int) -> dict[str, Any]:
-        """Load weights, evaluate ``num_trajectories`` episodes, return raw metrics.
+    def run(
+        self, weights: Mapping[str, TensorDictBase] | None, step: int, overrides: RoundOverrides | None = None
+    ) -> dict[str, Any]:
+        """Load weights, evaluate the round's episodes, return raw metrics.
 
         After a failure the collector (and an env this worker built) is thrown
         away and rebuilt by the next round: a half-finished rollout leaves both
         in an unknown state.
         """
         try:
-            return self._run(weights, step)
+            return self._run(weights, step, overrides or RoundOverrides())
         except BaseException:
             self._discard()
             raise
@@ -230,51 +263,59 @@ class EvalWorker:
         if collector is not None:
             with contextlib.suppress(Exception):
                 collector.shutdown(close_env=self._owns_env, raise_on_error=False)
+        self._rollout_env = None
         if self._owns_env:
             self.env = None
 
-    def _run(self, weights: Mapping[str, TensorDictBase] | None, step: int) -> dict[str, Any]:
+    def _run(self, weights: Mapping[str, TensorDictBase] | None, step: int, overrides: RoundOverrides) -> dict:
         self.build()
         self.load(weights)
-        spec = self.spec
+        settings = self.settings
+        max_steps = overrides.max_steps if overrides.max_steps is not None else settings.max_steps
+        quota = settings.num_trajectories or self._num_envs  # None: one episode per sub-env
         with (
             vecnorm.frozen_for_round(self.env),
             _eval_mode(self.policy),
-            _max_steps_for_round(self.env, spec.max_steps),
+            _max_steps_for_round(self._rollout_env, max_steps),
+            _exploration_for_round(self._collector, overrides.exploration_type),
             torch.inference_mode(),
         ):
             vecnorm.check_stats(self.env)
-            if spec.seed is not None and self.owns_process:
-                torch.manual_seed(spec.seed)
+            if settings.seed is not None and self.owns_process:
+                torch.manual_seed(settings.seed)
             episodes = run_round(
                 self._collector,
-                self.env,
-                metrics.episode_quotas(spec.num_trajectories, self._num_envs),
-                reward_key=spec.reward_key,
-                done_key=spec.done_key,
+                self._rollout_env,
+                metrics.episode_quotas(quota, self._num_envs),
+                reward_key=settings.reward_key,
+                done_key=settings.done_key,
                 episode_return_key=self._episode_return_key,
-                seed=spec.seed,
-                keep_trajectories=spec.metrics_fn is not None,
+                seed=settings.seed,
+                keep_trajectories=settings.metrics_fn is not None,
                 stop=self.stop,
             )
         raw = metrics.summarize(episodes.returns, episodes.lengths, episodes.env_steps, episodes.seconds)
         raw["episode_returns"] = episodes.returns
         raw["episode_lengths"] = episodes.lengths
+        raw["step_reward_to_first_done"] = episodes.step_reward_to_first_done
         raw["step"] = step
-        if spec.metrics_fn is not None:
-            raw["custom"] = {k: _plain(v) for k, v in spec.metrics_fn(episodes.trajectories).items()}
-        if spec.dump_video:
+        if settings.metrics_fn is not None:
+            raw["custom"] = {k: _plain(v) for k, v in settings.metrics_fn(episodes.trajectories).items()}
+        if self._frames is not None:
+            raw["frames"] = self._frames.take()
+        if settings.dump_video:
             raw["video"] = self._dump_video(step)
-        if spec.results_path:
-            from simeval.results import append_jsonl, record_from_raw
+        if settings.results_path:
+            from simeval.records import append_record, make_record
 
-            append_jsonl(spec.results_path, record_from_raw(raw))
+            result = metrics.prefixed(raw, settings.log_prefix, keep_episodes=True)
+            append_record(settings.results_path, make_record(result, settings.log_prefix, **settings.results_context))
         return raw
 
     def _dump_video(self, step: int):
         """Collect recorded frames, then ``dump(step=...)`` every VideoRecorder."""
         frames = None
-        for t in vecnorm.iter_transforms(self.env):
+        for t in vecnorm.iter_transforms(self._rollout_env):
             if not hasattr(t, "dump"):
                 continue
             recorded = getattr(t, "obs", None)

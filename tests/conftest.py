@@ -56,7 +56,7 @@ def no_leaks():
                     state = f.read().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"simeval.backends._child" in cmd and state != "Z":
+            if b"simeval.backends.child" in cmd and state != "Z":
                 found.add(pid)
         return found
 

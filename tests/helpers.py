@@ -25,7 +25,14 @@ class CountEnv(EnvBase):
     bias towards short episodes, shows up as a wrong number.
     """
 
-    def __init__(self, lengths, fail_at_step: int | None = None, exit_at_step: int | None = None, pixels: bool = False):
+    def __init__(
+        self,
+        lengths,
+        fail_at_step: int | None = None,
+        exit_at_step: int | None = None,
+        pixels: bool = False,
+        step_sleep: float = 0.0,
+    ):
         n = len(lengths)
         self.pixels = pixels
         super().__init__(batch_size=torch.Size([n]))
@@ -33,6 +40,7 @@ class CountEnv(EnvBase):
         self.t = torch.zeros(n, dtype=torch.long)
         self.fail_at_step = fail_at_step
         self.exit_at_step = exit_at_step
+        self.step_sleep = step_sleep
         self.total_steps = 0
         self.observation_spec = Composite(observation=Unbounded(shape=(n, 1)), shape=(n,))
         if pixels:
@@ -59,6 +67,10 @@ class CountEnv(EnvBase):
         return TensorDict(**self._observations(), done=zeros, terminated=zeros.clone(), batch_size=self.batch_size)
 
     def _step(self, tensordict):
+        if self.step_sleep:
+            import time
+
+            time.sleep(self.step_sleep)
         self.total_steps += 1
         if self.fail_at_step is not None and self.total_steps >= self.fail_at_step:
             raise ValueError("CountEnv exploded on purpose")

@@ -244,3 +244,38 @@ def test_eval_policy_mode_is_restored():
         inner: ConstPolicy = policy.module
         assert inner.modes_seen == {False}  # the rollout ran in eval mode
         assert policy.training is start_training
+
+
+@pytest.mark.parametrize("busy_policy", ["skip", "error"])
+def test_two_triggers_at_once_start_exactly_one_round(busy_policy):
+    """The busy check and the admission are one step: two callers cannot both find the evaluator idle."""
+    import threading
+
+    ev = Evaluator(
+        functools.partial(count_env, lengths=(30,)),
+        policy_factory=const_policy,
+        num_trajectories=1,
+        busy_policy=busy_policy,
+    )
+    try:
+        for _ in range(25):
+            barrier = threading.Barrier(2)
+            outcomes = []
+
+            def trigger(barrier=barrier, outcomes=outcomes):
+                barrier.wait()
+                try:
+                    outcomes.append(ev.trigger_eval())
+                except RuntimeError:
+                    outcomes.append("refused")
+
+            threads = [threading.Thread(target=trigger) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert sorted(map(str, outcomes)) == sorted(["True", "False" if busy_policy == "skip" else "refused"])
+            assert ev.wait(60)["eval/num_episodes"] == 1
+            assert ev.wait(0.1) is None  # exactly one round ran
+    finally:
+        ev.shutdown()

@@ -200,8 +200,23 @@ def test_named_ray_evaluator_is_reachable_from_another_process(ray_cluster, tmp_
 
 
 def test_import_simeval_is_light():
+    """What a training script or an Isaac Lab worker imports before init_fn loads no heavy package."""
+    light = [
+        "simeval",
+        "simeval.evaluator",
+        "simeval.metrics",
+        "simeval.settings",
+        "simeval.errors",
+        "simeval.requests",
+        "simeval.records",
+        "simeval.ray_eval_worker",
+        "simeval.backends.host",
+        "simeval.launch",
+        "simeval.launch.cli",
+        "simeval.launch.hooks",
+    ]
     code = (
-        "import sys, simeval, simeval.evaluator, simeval.metrics, simeval.spec, simeval.errors; "
+        f"import sys, importlib; [importlib.import_module(m) for m in {light!r}]; "
         "heavy = [m for m in ('torch','tensordict','torchrl','ray','mujoco') if m in sys.modules]; "
         "print(heavy); assert not heavy, heavy"
     )

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from simeval import CheckpointError, load_checkpoint, save_checkpoint
-from simeval.config import ConfigError, load_yaml
 from simeval.envs import make_env
-from simeval.policies import gaussian_actor
+from simeval.launch.config import ConfigError, load_yaml
+from simeval.launch.policies import gaussian_actor
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_round_trip_keeps_weights_statistics_and_factory(env, tmp_path):
     assert (ck.step, ck.env, ck.policy_factory, ck.policy_kwargs) == (
         42,
         "Hopper-v5",
-        "simeval.policies:gaussian_actor",
+        "simeval.launch.policies:gaussian_actor",
         {"hidden": [8]},
     )
     from tensordict import TensorDict

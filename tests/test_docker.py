@@ -19,8 +19,8 @@ import pytest
 from launch_helpers import REPO, cli, popen_cli, write_checkpoints
 from root_services import started_or_skip
 
-from simeval.config import ConfigError, LaunchConfig
-from simeval.container import LABEL, gpu_device_requests, plan, strip_flags
+from simeval.launch.config import ConfigError, LaunchConfig
+from simeval.launch.container import LABEL, gpu_device_requests, plan, strip_flags
 
 # The image build (debootstrap, pip inside the build) runs inside the first engine test's set-up.
 pytestmark = pytest.mark.timeout(1500)
@@ -158,7 +158,7 @@ def test_ci_script_builds_a_non_root_image_and_the_mujoco_tests_pass_inside(engi
 
 
 def test_the_docker_launcher_evaluates_a_checkpoint_into_the_host_results(engine, image, checkpoints, tmp_path):
-    from simeval.checkpoint import file_hash
+    from simeval.launch.checkpoint import file_hash
 
     out = tmp_path / "out"
     proc = cli(

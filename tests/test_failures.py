@@ -171,3 +171,79 @@ def test_process_worker_stuck_at_start_fails_after_start_timeout(no_leaks):
         assert not ev.pending
     finally:
         ev.shutdown()
+
+
+def _dies_once(flag: str):
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        return _dying_env()
+    return count_env(lengths=(3,))
+
+
+def _fails_to_build_once(flag: str):
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        raise RuntimeError("first build failed on purpose")
+    return count_env(lengths=(3,))
+
+
+@pytest.mark.parametrize("factory", [_dies_once, _fails_to_build_once])
+def test_a_request_queued_behind_a_dead_process_worker_runs_on_a_fresh_one(factory, tmp_path, no_leaks):
+    """The next request is launched from the reader thread that saw the child die: it must not join itself."""
+    ev = Evaluator(
+        functools.partial(factory, str(tmp_path / "once")),
+        policy_factory=const_policy,
+        num_trajectories=1,
+        backend="process",
+        busy_policy="queue",
+    )
+    try:
+        assert ev.trigger_eval(const_policy(w=1.0), step=1)
+        assert ev.trigger_eval(const_policy(w=2.0), step=2)  # queued behind the round that fails
+        with pytest.raises(EvalError, match="died|first build failed"):
+            ev.wait(120)
+        result = ev.wait(120)
+        assert (result["eval/step"], result["eval/reward"]) == (2, 6.0)
+        assert not ev.pending
+    finally:
+        ev.shutdown()
+
+
+def test_a_request_sent_after_the_child_ended_fails_at_once():
+    """The window between the reader's last word and the next send: nobody else would complete the future."""
+    from concurrent.futures import Future
+
+    ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, backend="process")
+    try:
+        child = ev._backend._child
+        child.proc.kill()
+        child.reader.join(30)
+        assert child.ended
+        future = Future()
+        child.send(("eval", 0, None, None), future)
+        with pytest.raises(EvalError, match="died"):
+            future.result(timeout=5)
+        assert ev.evaluate(const_policy(w=2.0))["eval/reward"] == 6.0  # the backend replaces it
+    finally:
+        ev.shutdown()
+
+
+def test_connect_to_an_actor_that_never_starts_fails_within_start_timeout(ray_cluster):
+    import simeval
+
+    ev = Evaluator(
+        count_env,
+        policy_factory=const_policy,
+        num_trajectories=1,
+        backend="ray",
+        num_gpus=8,
+        start_timeout=60,
+        ray_kwargs={"name": "simeval-test-stuck"},
+    )
+    try:
+        start = time.monotonic()
+        with pytest.raises(EvalError, match="did not start within 3 s"):
+            simeval.connect("simeval-test-stuck", start_timeout=3)
+        assert time.monotonic() - start < 30
+    finally:
+        ev.shutdown()

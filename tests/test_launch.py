@@ -29,7 +29,7 @@ def checkpoints(tmp_path_factory):
 
 
 def test_checkpoint_mode_writes_a_durable_result(checkpoints, tmp_path):
-    from simeval.checkpoint import file_hash
+    from simeval.launch.checkpoint import file_hash
 
     out = tmp_path / "out"
     proc = cli("--checkpoint", checkpoints[1], "--out", str(out), *SMALL)
@@ -131,7 +131,7 @@ def test_init_fn_runs_in_the_launcher_before_torch_and_gets_apploauncher_flags(c
     }
     proc = cli(
         "--init-fn",
-        "simeval.init:isaaclab_app_launcher",
+        "simeval.launch.hooks:isaaclab_app_launcher",
         "--headless",
         "--livestream",
         "0",
@@ -207,7 +207,7 @@ def test_more_gpus_than_the_ray_cluster_has_fails_clearly(ray_cluster, checkpoin
 
 
 def test_device_cuda_n_pins_the_process_worker_to_that_gpu(checkpoints, tmp_path):
-    from simeval.launch import placement
+    from simeval.launch.plan import placement
 
     assert placement("cuda:3", "process") == ("3", "cuda:0")
     assert placement("cuda:3", "thread") == (None, "cuda:3")
@@ -217,7 +217,7 @@ def test_device_cuda_n_pins_the_process_worker_to_that_gpu(checkpoints, tmp_path
     import functools
 
     from simeval import Evaluator
-    from simeval.init import worker_init
+    from simeval.launch.hooks import worker_init
 
     record = tmp_path / "visible"
     os.environ["SIMEVAL_TEST_RECORD"] = str(record)
@@ -257,7 +257,7 @@ def test_report_plots_the_eval_curve_of_several_runs(checkpoints, tmp_path):
         runs.append(str(out))
     png = tmp_path / "curve.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "simeval.report", *runs, "--output", str(png)],
+        [sys.executable, "-m", "simeval.launch.report", *runs, "--output", str(png)],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=REPO),

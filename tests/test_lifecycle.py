@@ -109,31 +109,43 @@ def test_process_backend_writes_weights_in_place(no_leaks):
         ev.shutdown()
 
 
-def test_on_result_may_trigger_the_next_evaluation_but_not_block_on_one(caplog):
-    seen = []
-    holder = {}
+def test_thread_backend_closes_the_env_even_when_shutdown_times_out(no_leaks):
+    """shutdown(timeout) returns while a slow step runs; the worker thread closes the env when it ends."""
+    from helpers import BUILT
 
-    def on_result(result):
-        seen.append(result["eval/step"].item())
-        if len(seen) < 3:
-            assert holder["ev"].trigger_eval(step=len(seen)) is True  # chain: allowed
-        else:
-            holder["ev"].evaluate()  # would wait on this very worker: refused, logged
+    BUILT.pop("env", None)
+    ev = Evaluator(
+        functools.partial(count_env, lengths=(1000,), step_sleep=1.0),
+        policy_factory=const_policy,
+        num_trajectories=1,
+    )
+    ev.trigger_eval()
+    deadline = time.time() + 30
+    while "env" not in BUILT or BUILT["env"].base_env.total_steps == 0:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    env = BUILT["env"]
+    start = time.monotonic()
+    ev.shutdown(timeout=0.1)
+    assert time.monotonic() - start < 2.0
+    deadline = time.time() + 10
+    while not env.is_closed and time.time() < deadline:
+        time.sleep(0.05)
+    assert env.is_closed
 
-    ev = holder["ev"] = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, on_result=on_result)
-    try:
-        ev.trigger_eval(step=0)
-        # Between publishing a result and its on_result triggering the next round the
-        # evaluator is idle (wait() may return None then): poll until all three arrive.
-        results, deadline = [], time.time() + 120
-        while len(results) < 3 and time.time() < deadline:
-            result = ev.poll(timeout=0.5)
-            if result is not None:
-                results.append(result)
-        deadline = time.time() + 30
-        while len(seen) < 3 and time.time() < deadline:  # the last on_result runs after publishing
-            time.sleep(0.05)
-    finally:
-        ev.shutdown()
-    assert [r["eval/step"] for r in results] == [0, 1, 2] == seen
-    assert "cannot run inside on_result" in caplog.text
+
+def test_shared_memory_blocks_are_really_freed():
+    """close() unmaps and unlinks every block (the views must not keep the mapping alive)."""
+    import os
+
+    from simeval.backends.shm import SharedStaging
+
+    staging = SharedStaging()
+    first = staging.write({"policy": mlp_policy(obs_dim=3, act_dim=2)})["policy"]["name"]
+    second = staging.write({"policy": mlp_policy(obs_dim=5, act_dim=2)})["policy"]["name"]  # a new layout
+    assert first != second
+    assert not os.path.exists(f"/dev/shm/{first}")  # the old block went with its layout
+    assert os.path.exists(f"/dev/shm/{second}")
+    staging.close()  # raises BufferError if a view still holds the mapping
+    assert not os.path.exists(f"/dev/shm/{second}")
+    assert staging._blocks == {}

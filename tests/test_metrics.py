@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simeval.metrics import bootstrap_ci, format_result, summarize
+from simeval.metrics import bootstrap_ci, prefixed, summarize
 
 
 def test_summarize_matches_numpy():
@@ -37,11 +37,11 @@ def test_degenerate_samples_collapse_the_interval():
     assert out["reward_std"] == 0.0
 
 
-def test_format_result_prefixes_everything_and_keeps_scalars_by_default():
+def test_prefixed_prefixes_everything_and_keeps_scalars_by_default():
     raw = summarize([1.0, 3.0], [1, 1], env_steps=2, seconds=1.0)
     raw.update(step=9, episode_returns=[1.0, 3.0], episode_lengths=[1, 1], custom={"success": 0.5})
-    out = format_result(raw, "val", keep_episodes=False)
+    out = prefixed(raw, "val", keep_episodes=False)
     assert all(k.startswith("val/") for k in out)
     assert out["val/success"] == 0.5 and out["val/step"] == 9
     assert all(np.isscalar(v) for v in out.values())
-    assert "val/episode_returns" in format_result(raw, "val", keep_episodes=True)
+    assert "val/episode_returns" in prefixed(raw, "val", keep_episodes=True)

@@ -324,7 +324,7 @@ RENDER = textwrap.dedent(
     """
     import numpy as np
     from simeval.envs import make_env
-    from simeval.video import render_first
+    from simeval.frames import render_first
 
     frames = {}
     for backend in ("native", "gymnasium"):
@@ -369,3 +369,29 @@ def test_launch_cli_evaluates_256_native_envs_with_the_gymnasium_backends_number
     (tmp_path / "ckpt").mkdir()
     unsupported = cli("--env", "Reacher-v5", "--env-backend", "native", "--watch", str(tmp_path / "ckpt"))
     assert unsupported.returncode == 2 and "use backend='gymnasium'" in unsupported.stderr
+
+
+@pytest.mark.parametrize("name", NATIVE_TASKS)
+def test_models_are_gymnasiums_without_its_deprecation_warning(name):
+    """HalfCheetah's XML asks for settotalmass (deprecated in MuJoCo 4, warned about at every load):
+    simeval drops the attribute and scales the masses as MuJoCo's notice says, to the same model."""
+    import mujoco
+
+    from simeval.envs.mujoco_tasks import assets_dir, load_model
+
+    code = f"from simeval.envs import make_env; make_env({name!r}, num_envs=2).rollout(3)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "deprecated" not in out.stdout + out.stderr
+    task = TASKS[name]
+    ours = load_model(task)
+    theirs = mujoco.MjModel.from_xml_path(os.path.join(assets_dir(), task.xml))
+    fields = [
+        n
+        for n in dir(theirs)
+        if not n.startswith("_")
+        and isinstance(getattr(theirs, n, None), np.ndarray)
+        and getattr(theirs, n).dtype != object
+    ]
+    assert len(fields) > 100
+    assert [n for n in fields if not np.array_equal(getattr(ours, n), getattr(theirs, n), equal_nan=True)] == []

@@ -78,24 +78,41 @@ def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_clu
         records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if x.strip()]
         assert records and all(r["status"] == "ok" and len(r["episode_returns"]) == 2 for r in records)
         assert {r["step"] for r in records} <= {2048, 4096}
+        # The served worker writes the launcher's line: where and how each result was evaluated.
+        for r in records:
+            assert (r["env"], r["env_backend"], r["backend"]) == ("HalfCheetah-v5", "native", "ray")
+            assert r["host"] and r["time"] and r["metrics"]["num_episodes"] == 2
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
 
 
-def test_make_demo_evaluates_the_shipped_checkpoint(tmp_path):
+def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
+    from simeval.launch import SHIPPED_RUN
+
     full = {**os.environ, "PYTHONPATH": REPO}
     proc = subprocess.run(
-        [sys.executable, "-m", "simeval.demo"], capture_output=True, text=True, timeout=400, env=full, cwd=tmp_path
+        [sys.executable, "-m", "simeval.launch.demo"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=full,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "settotalmass" not in proc.stdout + proc.stderr  # MuJoCo's deprecation warning is fixed at its source
     rows = {
-        line[:34].strip(): float(line[34:44])
+        line[:42].strip(): float(line[42:52])
         for line in proc.stdout.splitlines()
-        if line.startswith(("trained", "untrained"))
+        if line.startswith(("trained", "untrained", "final"))
     }
-    assert rows["trained (shipped checkpoint)"] > 3000  # the checkpoint is a trained policy
-    assert rows["trained, VecNorm stats left out"] < 1000 < rows["trained (shipped checkpoint)"]
+    shipped = sorted(int(n[5:14]) for n in os.listdir(SHIPPED_RUN) if n.endswith(".pt"))
+    curve = [rows[f"trained, step {step:>9,}"] for step in shipped]
+    assert len(curve) == 8 and curve[-1] > 3000  # the final checkpoint is a trained policy
+    assert curve[0] < curve[-1] and max(curve[:2]) < min(curve[-2:])  # it learned over the run
+    assert rows["final checkpoint, VecNorm stats left out"] < 1000 < curve[-1]
     assert rows["untrained policy"] < 0
-    png = proc.stdout.strip().splitlines()[-1].split()[-1]
+    results, png = (line.split()[-1] for line in proc.stdout.strip().splitlines()[-2:])
+    steps = [json.loads(line)["step"] for line in open(os.path.join(tmp_path, results))]
+    assert steps == shipped  # every checkpoint once, in training order
     assert open(os.path.join(tmp_path, png), "rb").read(4) == b"\x89PNG"

@@ -3,9 +3,29 @@
 Every backend runs :class:`simeval.worker.EvalWorker`, takes one request at a
 time through ``start(step, weights, future)`` and completes the future with
 the worker's raw metrics or an :class:`~simeval.errors.EvalError`. Queueing,
-busy policies and result formatting live in :class:`simeval.Evaluator`.
+busy policies and result formatting live in :mod:`simeval.requests`.
 """
 
 from __future__ import annotations
 
-BACKENDS = ("thread", "process", "ray")
+import importlib
+
+from simeval.backends.base import Backend, BackendOptions, WorkerRecipe
+
+NAMES = ("thread", "process", "ray")
+_CLASSES = {
+    "thread": "simeval.backends.thread:ThreadBackend",
+    "process": "simeval.backends.process:ProcessBackend",
+    "ray": "simeval.backends.ray:RayBackend",
+}
+
+
+def create(name: str, recipe: WorkerRecipe, options: BackendOptions) -> Backend:
+    """The backend called ``name``, built (and its arguments checked) by its own class."""
+    if name not in _CLASSES:
+        raise ValueError(f"Unknown backend {name!r}. Choose 'thread', 'process', or 'ray'.")
+    module, cls = _CLASSES[name].split(":")
+    return getattr(importlib.import_module(module), cls).create(recipe, options)
+
+
+__all__ = ["NAMES", "Backend", "BackendOptions", "WorkerRecipe", "create"]

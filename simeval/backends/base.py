@@ -1,11 +1,49 @@
-"""The contract between the Evaluator and a backend."""
+"""The contract between the front (``RequestQueue``) and a backend, and what builds one."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 from typing import Any
+
+from simeval.errors import EvalError
+from simeval.settings import EvalSettings, RoundOverrides
+
+
+@dataclass
+class WorkerRecipe:
+    """What a worker is built from: settings, env (instance or factory), policy or its factory."""
+
+    settings: EvalSettings
+    env: Any
+    policy: Any = None
+    policy_factory: Callable[..., Any] | None = None
+    init_fn: Callable[[], None] | str | None = None
+
+    def require_factories(self, backend: str, where: str) -> None:
+        """A worker in another process needs an env factory and a policy factory (one-line errors)."""
+        if not callable(self.env) or _is_env_instance(self.env):
+            raise ValueError(
+                f"The {backend} backend requires `env` to be a callable (factory function) "
+                f"because the env is created inside {where}."
+            )
+        if self.policy_factory is None:
+            raise ValueError(
+                f"The {backend} backend requires `policy_factory` (a callable `(env) -> policy`) "
+                f"because the policy is created inside {where}."
+            )
+
+
+@dataclass
+class BackendOptions:
+    """Placement settings; each backend reads those that concern it."""
+
+    start_timeout: float = 120.0
+    num_gpus: float = 1
+    ray_kwargs: Mapping[str, Any] | None = None
+    info: Mapping[str, Any] | None = None  # front-end settings a connect() handle reads back
 
 
 class Backend(abc.ABC):
@@ -15,15 +53,44 @@ class Backend(abc.ABC):
     training keeps changing its own tensors) and hands the request over. The
     future receives the raw metrics dict, or an EvalError. A backend never
     leaves a future pending: worker crashes, start-up failures and shutdown
-    all complete it.
+    all complete it, and a request started after shutdown fails at once.
     """
 
     name = "?"
 
+    @classmethod
     @abc.abstractmethod
-    def start(self, step: int, weights: Mapping[str, Any] | None, future: Future) -> None:
+    def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> Backend:
+        """Check that ``recipe`` suits this backend (one-line ValueError otherwise) and build it."""
+
+    @abc.abstractmethod
+    def start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    ) -> None:
         """Stage ``weights`` ({model_id: nn.Module | TensorDict}) and begin a round."""
 
     @abc.abstractmethod
     def shutdown(self, timeout: float) -> None:
         """Stop any running round within ``timeout`` seconds and free every resource."""
+
+
+def complete(future: Future, result: Any = None, exc: BaseException | None = None) -> bool:
+    """Complete ``future`` unless something already did; True if this call did."""
+    try:
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        return False
+    return True
+
+
+def cancelled() -> EvalError:
+    return EvalError("evaluation cancelled by shutdown()")
+
+
+def _is_env_instance(env: Any) -> bool:
+    from torchrl.envs import EnvBase
+
+    return isinstance(env, EnvBase)

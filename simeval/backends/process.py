@@ -1,6 +1,6 @@
 """Process backend: a child Python process with its own CUDA context.
 
-The child is started with ``subprocess`` (see ``_child.py`` for why not
+The child is started with ``subprocess`` (see ``child.py`` for why not
 multiprocessing's spawn) and talks over a socketpair. Weights go through
 shared memory written in place (``shm.py``); torchrl's weight-sync schemes
 are not used here because they need multiprocessing-spawned children, whose
@@ -20,19 +20,26 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
-from simeval.backends.base import Backend
+from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
+from simeval.backends.host import make_setup
 from simeval.backends.shm import SharedStaging
 from simeval.errors import EvalError
+from simeval.settings import RoundOverrides
 
 
 class _Child:
-    """One worker process, its socket, and the request it is running."""
+    """One worker process, its socket, and the request it is running.
+
+    The reader thread completes the running request's future. Once the child
+    is gone it sets ``ended`` (under the lock), so a request sent afterwards
+    fails at once instead of waiting for a reply that cannot come.
+    """
 
     def __init__(self, setup: dict, env: Mapping[str, str], start_timeout: float) -> None:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "simeval.backends._child", str(fd)], pass_fds=(fd,), env=dict(env)
+            [sys.executable, "-m", "simeval.backends.child", str(fd)], pass_fds=(fd,), env=dict(env)
         )
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
@@ -40,6 +47,8 @@ class _Child:
         self.lock = threading.Lock()
         self.future: Future | None = None
         self.fatal: EvalError | None = None
+        self.fatal_reported = False
+        self.ended = False
         self.closing = False
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, name="simeval-process-reader", daemon=True)
@@ -60,7 +69,7 @@ class _Child:
 
     @property
     def usable(self) -> bool:
-        return self.proc.poll() is None and self.fatal is None
+        return self.proc.poll() is None and self.fatal is None and not self.ended
 
     def _read(self) -> None:
         while True:
@@ -68,36 +77,43 @@ class _Child:
                 msg = self.conn.recv()
             except (EOFError, OSError):
                 break
-            if msg[0] == "ready":
+            kind = msg[0]
+            if kind == "ready":
                 self.ready.set()
-            elif msg[0] == "fatal":
+            elif kind == "fatal":
                 self.fatal = EvalError(f"process eval worker failed to start: {msg[1]}", msg[2])
-                self.finish(exc=self.fatal)
-            elif msg[0] == "error":
-                self.finish(exc=EvalError(f"process eval worker failed: {msg[1]}", msg[2]))
-            elif msg[0] == "result":
-                self.finish(result=msg[1])
+                self._finish(exc=self.fatal)
+            elif kind == "error":
+                self._finish(exc=EvalError(f"process eval worker failed: {msg[1]}", msg[2]))
+            elif kind == "result":
+                self._finish(result=msg[1])
         code = self.proc.wait()
         with contextlib.suppress(Exception):
             self.conn.close()
         if self.closing:
-            self.finish(exc=EvalError("evaluation cancelled by shutdown()"))
+            exc = cancelled()
         else:
-            self.finish(exc=self.fatal or EvalError(f"process eval worker died (exit code {code})."))
+            exc = self.fatal or EvalError(f"process eval worker died (exit code {code}).")
+        self._finish(exc=exc, last=True)
 
-    def finish(self, result: Any = None, exc: EvalError | None = None) -> None:
+    def _finish(self, result: Any = None, exc: EvalError | None = None, last: bool = False) -> None:
         with self.lock:
             future, self.future = self.future, None
-        if future is None:
-            return
-        if exc is not None:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
+            if last:
+                self.ended = True
+            if future is not None and exc is not None and exc is self.fatal:
+                self.fatal_reported = True
+        if future is not None:
+            complete(future, result, exc)
 
     def send(self, msg: tuple, future: Future) -> None:
         with self.lock:
-            self.future = future
+            ended = self.ended
+            if not ended:
+                self.future = future
+        if ended:
+            complete(future, exc=self.fatal or EvalError("process eval worker died before the request reached it."))
+            return
         try:
             self.conn.send(msg)
         except OSError:
@@ -115,7 +131,8 @@ class _Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.reader.join(timeout=2.0)
+        if threading.current_thread() is not self.reader:  # stop() may run on the reader's own thread
+            self.reader.join(timeout=2.0)
 
 
 class ProcessBackend(Backend):
@@ -123,40 +140,45 @@ class ProcessBackend(Backend):
 
     name = "process"
 
-    def __init__(
-        self,
-        init_fn: str | bytes | None,
-        payload: bytes,
-        env: Mapping[str, str] | None = None,
-        start_timeout: float = 120.0,
-    ) -> None:
-        self._setup = {
-            "sys_path": list(sys.path),
-            "cwd": os.getcwd(),
-            "init_fn": init_fn,
-            "payload": payload,
-        }
+    def __init__(self, setup: dict, env: Mapping[str, str] | None = None, start_timeout: float = 120.0) -> None:
+        self._setup = setup
         self._env = dict(os.environ if env is None else env)
         self._start_timeout = start_timeout
         self._staging = SharedStaging()
+        self._lock = threading.Lock()
+        self._closed = False
         self._child = self._spawn()  # starts now, overlapping with training set-up
+
+    @classmethod
+    def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ProcessBackend:
+        recipe.require_factories("'process'", "a child process (backend='process', or weight_sync_schemes)")
+        return cls(make_setup(recipe), start_timeout=options.start_timeout)
 
     def _spawn(self) -> _Child:
         return _Child(self._setup, self._env, self._start_timeout)
 
-    def start(self, step: int, weights: Mapping[str, Any] | None, future: Future) -> None:
-        child = self._child
-        if child.fatal is not None:  # report the start-up failure, then try afresh next time
-            child.stop(timeout=1.0)
-            self._child = self._spawn()
-            future.set_exception(child.fatal)
-            return
-        if not child.usable:
-            child.stop(timeout=1.0)
-            child = self._child = self._spawn()
-        described = self._staging.write(weights) if weights else None
-        child.send(("eval", step, described), future)
+    def start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    ) -> None:
+        with self._lock:
+            if self._closed:
+                complete(future, exc=cancelled())
+                return
+            child = self._child
+            if not child.usable:
+                child.stop(timeout=1.0)
+                self._child = self._spawn()
+                if child.fatal is not None and not child.fatal_reported:
+                    # A start-up failure no request has seen yet: report it (the next request
+                    # runs on the fresh child).
+                    complete(future, exc=child.fatal)
+                    return
+                child = self._child
+            described = self._staging.write(weights) if weights else None
+            child.send(("eval", step, described, overrides), future)
 
     def shutdown(self, timeout: float) -> None:
+        with self._lock:
+            self._closed = True
         self._child.stop(timeout)
         self._staging.close()

@@ -2,7 +2,9 @@
 
 Weights travel through Ray's object store. A named actor (``ray_kwargs=
 {"name": ...}``) is detached and can be reached from any process on the
-cluster with :func:`simeval.connect`.
+cluster with :func:`simeval.connect` or ``RayEvalWorker.from_name``. Every wait
+on the actor is bounded: start-up by ``start_timeout``, a round by polling, so
+a dead, unschedulable or stuck actor ends in an EvalError and shutdown is prompt.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from simeval.backends.base import Backend
+from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
 from simeval.errors import EvalError
+from simeval.settings import RoundOverrides
 
 NAMESPACE = "simeval"
+_POLL_S = 0.5
 
 
 def ensure_ray() -> Any:
@@ -41,7 +45,12 @@ def _unwrap_actor_error(exc: BaseException) -> tuple[str, str]:
 
 
 class RayBackend(Backend):
-    """Owns (or, for ``connect``, borrows) one actor; replaces it when it dies."""
+    """Owns (or, for a connected handle, borrows) one actor; replaces an owned actor that died.
+
+    ``kill_on_shutdown`` is True for the evaluator that created the actor (and
+    for ``RayEvalWorker`` handles, as in torchrl); a ``connect()`` handle leaves
+    the served actor running.
+    """
 
     name = "ray"
 
@@ -53,51 +62,92 @@ class RayBackend(Backend):
         ray_kwargs: Mapping[str, Any] | None = None,
         start_timeout: float = 120.0,
         actor=None,
+        kill_on_shutdown: bool | None = None,
     ) -> None:
         self._ray = ensure_ray()
-        self._setup = setup
+        self._setup = setup  # None for a borrowed actor: it cannot be recreated
         self._num_gpus = num_gpus
         self._ray_kwargs = dict(ray_kwargs or {})
         self._start_timeout = start_timeout
-        self._owner = actor is None
-        self._ready = actor is not None
+        self._kill_on_shutdown = actor is None if kill_on_shutdown is None else kill_on_shutdown
+        self._lock = threading.Lock()
+        self._ready = False
         self._actor = actor if actor is not None else self._create()
         self._thread: threading.Thread | None = None
         self._closing = False
 
     @classmethod
-    def attach(cls, name: str, namespace: str = NAMESPACE, start_timeout: float = 120.0) -> RayBackend:
+    def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> RayBackend:
+        from simeval.backends.host import make_setup
+
+        recipe.require_factories("'ray'", "the Ray actor process")
+        setup = make_setup(recipe)
+        setup["info"] = dict(options.info or {})
+        return cls(setup, num_gpus=options.num_gpus, ray_kwargs=options.ray_kwargs, start_timeout=options.start_timeout)
+
+    @classmethod
+    def attach(
+        cls, name: str, namespace: str = NAMESPACE, start_timeout: float = 120.0, kill_on_shutdown: bool = False
+    ) -> RayBackend:
         ray = ensure_ray()
         try:
             actor = ray.get_actor(name, namespace=namespace)
         except ValueError:
             raise ValueError(
                 f"no simeval evaluator named {name!r} in Ray namespace {namespace!r}: "
-                "start one with Evaluator(..., backend='ray', ray_kwargs={'name': ...})."
+                "start one with Evaluator(..., backend='ray', ray_kwargs={'name': ...}) or RayEvalWorker(name=...)."
             ) from None
-        return cls(None, actor=actor, start_timeout=start_timeout)
+        return cls(None, actor=actor, start_timeout=start_timeout, kill_on_shutdown=kill_on_shutdown)
 
     def describe(self) -> dict:
-        return self._ray.get(self._actor.describe.remote(), timeout=self._start_timeout)
+        actor = self._current_actor()
+        self._wait_ready(actor)
+        return self._ray.get(actor.describe.remote(), timeout=self._start_timeout)
 
     def _create(self):
         from simeval.backends.ray_actor import EvalActor
 
         kwargs = dict(self._ray_kwargs)
         options = {k: kwargs.pop(k) for k in ("name", "namespace", "lifetime") if k in kwargs}
-        if "name" in options:
+        if options.get("name") is None:
+            options.pop("name", None)
+        else:
             options.setdefault("namespace", NAMESPACE)
             options.setdefault("lifetime", "detached")
         cls = self._ray.remote(num_gpus=self._num_gpus, **kwargs)(EvalActor)
         self._ready = False
         return cls.options(**options).remote(self._setup)
 
-    def start(self, step: int, weights: Mapping[str, Any] | None, future: Future) -> None:
-        if self._actor is None:
-            if not self._owner:
-                future.set_exception(EvalError("the served Ray evaluator is gone; connect again."))
-                return
-            self._actor = self._create()
+    def _current_actor(self):
+        with self._lock:
+            if self._actor is None:
+                if self._setup is None:
+                    raise EvalError("the served Ray evaluator is gone; connect again.")
+                self._actor = self._create()
+            return self._actor
+
+    def _forget(self, actor, kill: bool = False) -> None:
+        """Drop ``actor`` (replaced at the next request); kill it when it is of no further use."""
+        with self._lock:
+            if actor is self._actor:
+                self._actor = None
+        if kill:
+            try:
+                self._ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+    def start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    ) -> None:
+        if self._closing:
+            complete(future, exc=cancelled())
+            return
+        try:
+            actor = self._current_actor()
+        except EvalError as exc:
+            complete(future, exc=exc)
+            return
         payload = None
         if weights:
             from simeval.weights import as_weights
@@ -105,53 +155,73 @@ class RayBackend(Backend):
             # One copy to CPU (training keeps changing its tensors); Ray ships it from there.
             payload = {k: as_weights(v).apply(lambda t: t.detach().to("cpu", copy=True)) for k, v in weights.items()}
         self._thread = threading.Thread(
-            target=self._run, args=(self._actor, step, payload, future), name="simeval-ray-waiter", daemon=True
+            target=self._run, args=(actor, step, payload, overrides, future), name="simeval-ray-waiter", daemon=True
         )
         self._thread.start()
 
-    def _run(self, actor, step: int, payload, future: Future) -> None:
-        ray = self._ray
+    def _run(self, actor, step: int, payload, overrides, future: Future) -> None:
         try:
-            if not self._ready:
-                self._wait_ready(actor)
-            outcome = ray.get(actor.run.remote(step, payload))
+            self._wait_ready(actor)
+            outcome = self._get(actor.run.remote(step, payload, overrides))
         except EvalError as exc:
-            future.set_exception(exc)
+            complete(future, exc=cancelled() if self._closing else exc)
             return
         except Exception as exc:  # noqa: BLE001 - actor died, was killed, or failed to start
             if self._closing:
-                future.set_exception(EvalError("evaluation cancelled by shutdown()"))
+                complete(future, exc=cancelled())
                 return
-            if actor is self._actor:
-                self._actor = None  # replaced at the next request
+            self._forget(actor)
             message, tb = _unwrap_actor_error(exc)
-            future.set_exception(EvalError(f"Ray eval actor failed: {message}", tb))
+            complete(future, exc=EvalError(f"Ray eval actor failed: {message}", tb))
             return
         if outcome[0] == "result":
-            future.set_result(outcome[1])
+            complete(future, outcome[1])
+        elif outcome[0] == "fatal":
+            self._forget(actor, kill=self._setup is not None)  # an owned actor is replaced by a fresh one
+            complete(future, exc=EvalError(f"Ray eval worker failed to start: {outcome[1]}", outcome[2]))
         else:
-            future.set_exception(EvalError(f"Ray eval worker failed: {outcome[1]}", outcome[2]))
+            complete(future, exc=EvalError(f"Ray eval worker failed: {outcome[1]}", outcome[2]))
+
+    def _get(self, ref):
+        """``ray.get`` in short waits, so that shutdown is noticed and nothing blocks for ever."""
+        ray = self._ray
+        while True:
+            ready, _ = ray.wait([ref], timeout=_POLL_S)
+            if ready:
+                return ray.get(ready[0])
+            if self._closing:
+                raise EvalError("evaluation cancelled by shutdown()")
 
     def _wait_ready(self, actor) -> None:
+        if self._ready and actor is self._actor:
+            return
         ray = self._ray
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=self._start_timeout)
-        except ray.exceptions.GetTimeoutError:
-            ray.kill(actor)
-            if actor is self._actor:
-                self._actor = None
+        deadline = time.monotonic() + self._start_timeout
+        while True:
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=min(_POLL_S, max(0.01, deadline - time.monotonic())))
+                break
+            except ray.exceptions.GetTimeoutError:
+                if self._closing:
+                    raise EvalError("evaluation cancelled by shutdown()") from None
+                if time.monotonic() < deadline:
+                    continue
+            self._forget(actor, kill=self._setup is not None)
             raise EvalError(
                 f"the Ray eval actor did not start within {self._start_timeout:g} s: it asks for "
                 f"num_gpus={self._num_gpus} (and {self._ray_kwargs or 'no other resources'}), the cluster "
                 f"has {ray.cluster_resources()}. Lower num_gpus, add resources, or raise start_timeout."
-            ) from None
-        self._ready = True
+            )
+        with self._lock:
+            if actor is self._actor:
+                self._ready = True
 
     def shutdown(self, timeout: float) -> None:
         self._closing = True
         deadline = time.monotonic() + timeout
-        actor, self._actor = self._actor, None
-        if actor is not None and self._owner:
+        with self._lock:
+            actor, self._actor = self._actor, None
+        if actor is not None and self._kill_on_shutdown:
             try:
                 self._ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone

@@ -60,8 +60,9 @@ class SharedStaging:
             entries, size = plan(td)
             block = self._blocks.get(model_id)
             if block is None or block[1] != entries:
-                if block is not None:
-                    self._release(block)
+                block = None
+                if model_id in self._blocks:
+                    self._release(model_id)
                 shm = shared_memory.SharedMemory(create=True, size=size)
                 block = (shm, entries, views(shm.buf, entries))
                 self._blocks[model_id] = block
@@ -69,19 +70,17 @@ class SharedStaging:
             described[model_id] = {"name": block[0].name, "entries": entries}
         return described
 
-    @staticmethod
-    def _release(block) -> None:
-        shm, _, td = block
-        del td
-        with contextlib.suppress(Exception):
+    def _release(self, model_id: str) -> None:
+        # The tensor views export the mapping's buffer: drop the last reference to them
+        # first, or SharedMemory.close() raises BufferError and the mapping stays.
+        shm = self._blocks.pop(model_id)[0]
+        with contextlib.suppress(FileNotFoundError):
             shm.unlink()
-        with contextlib.suppress(BufferError):
-            shm.close()
+        shm.close()
 
     def close(self) -> None:
-        for block in self._blocks.values():
-            self._release(block)
-        self._blocks.clear()
+        for model_id in list(self._blocks):
+            self._release(model_id)
 
 
 class SharedReader:
@@ -113,3 +112,9 @@ class SharedReader:
                 self._maps[name] = (shm, views(shm.buf, [tuple(e) for e in desc["entries"]]))
             out[model_id] = self._maps[name][1]
         return out
+
+    def close(self) -> None:
+        """Unmap every block (the parent owns and unlinks them)."""
+        while self._maps:
+            shm = self._maps.popitem()[1][0]
+            shm.close()

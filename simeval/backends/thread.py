@@ -8,14 +8,19 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from simeval.backends.base import Backend
+from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
 from simeval.errors import Cancelled, EvalError
+from simeval.settings import RoundOverrides
 from simeval.weights import LocalStaging
 from simeval.worker import EvalWorker
 
 
 class ThreadBackend(Backend):
-    """Runs rounds on a daemon thread; shutdown stops a round between two env steps."""
+    """Runs rounds on a daemon thread; shutdown stops a round between two env steps.
+
+    The thread closes the worker (and an env it built) on its way out, so an
+    env is closed even when ``shutdown``'s timeout ends before the round stops.
+    """
 
     name = "thread"
 
@@ -24,34 +29,60 @@ class ThreadBackend(Backend):
         self._staging = LocalStaging()
         self._requests: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
 
-    def start(self, step: int, weights: Mapping[str, Any] | None, future: Future) -> None:
-        staged = self._staging.write(weights) if weights else None
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="simeval-thread-worker", daemon=True)
-            self._thread.start()
-        self._requests.put((step, staged, future))
+    @classmethod
+    def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
+        from simeval.backends.base import _is_env_instance
+
+        env, policy = recipe.env, recipe.policy
+        if _is_env_instance(env) or policy is not None:
+            if not _is_env_instance(env) and callable(env):
+                env = env()  # torchrl's eager path: a factory with a ready policy
+            if policy is None:
+                policy = recipe.policy_factory(env)
+            return cls(EvalWorker(recipe.settings, env=env, policy=policy))
+        return cls(EvalWorker(recipe.settings, env_factory=env, policy_factory=recipe.policy_factory))
+
+    def start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    ) -> None:
+        with self._lock:
+            if self._closed:
+                complete(future, exc=cancelled())
+                return
+            staged = self._staging.write(weights) if weights else None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="simeval-thread-worker", daemon=True)
+                self._thread.start()
+            self._requests.put((step, staged, future, overrides))
 
     def _loop(self) -> None:
-        while True:
-            item = self._requests.get()
-            if item is None:
-                return
-            step, staged, future = item
-            try:
-                raw = self._worker.run(staged, step)
-            except Cancelled:
-                future.set_exception(EvalError("evaluation cancelled by shutdown()"))
-            except BaseException as exc:  # noqa: BLE001 - every failure must reach the caller
-                future.set_exception(EvalError.from_exception(exc, "thread eval worker"))
-            else:
-                future.set_result(raw)
+        try:
+            while True:
+                item = self._requests.get()
+                if item is None:
+                    return
+                step, staged, future, overrides = item
+                try:
+                    raw = self._worker.run(staged, step, overrides)
+                except Cancelled:
+                    complete(future, exc=cancelled())
+                except BaseException as exc:  # noqa: BLE001 - every failure must reach the caller
+                    complete(future, exc=EvalError.from_exception(exc, "thread eval worker"))
+                else:
+                    complete(future, raw)
+        finally:
+            self._worker.close()
 
     def shutdown(self, timeout: float) -> None:
+        with self._lock:
+            self._closed = True
+            thread = self._thread
         self._worker.stop.set()
+        if thread is None:
+            self._worker.close()
+            return
         self._requests.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                return  # still inside an env step; it exits at the next step
-        self._worker.close()
+        thread.join(timeout)  # if a step outlasts the timeout, the thread closes the worker when it ends

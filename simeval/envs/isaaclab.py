@@ -2,7 +2,7 @@
 
 The real code path: Isaac Lab cannot run on CPU machines, so the tests cover
 the init hook with a stand-in and this module only on machines that have it.
-The simulation app must already run (``--init-fn simeval.init:isaaclab_app_launcher``).
+The simulation app must already run (``--init-fn simeval.launch.hooks:isaaclab_app_launcher``).
 """
 
 from __future__ import annotations

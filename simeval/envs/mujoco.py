@@ -63,6 +63,9 @@ class MujocoBatchEnv(EnvBase):
             ``mj_rnePostConstraint``, ~15 us each): a few percent on 2 cores,
             but serial, so its share grows with the batch's thread count.
         render_size: (height, width) of :meth:`render` frames.
+        render_mode: ``"rgb_array"`` says the env is meant to render (as
+            gymnasium's attribute of that name: frame recorders look at it);
+            :meth:`render` works either way when an OpenGL backend is set.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class MujocoBatchEnv(EnvBase):
         max_episode_steps: int | None = None,
         exact_contact_forces: bool = False,
         render_size: tuple[int, int] = (240, 240),
+        render_mode: str | None = None,
     ) -> None:
         import mujoco
         from mujoco.batch import Batch
@@ -108,6 +112,7 @@ class MujocoBatchEnv(EnvBase):
         self._obs_dim = self.task.obs_dim(self._model)
         self._rngs: list[np.random.Generator] | None = None
         self._render_size = render_size
+        self.render_mode = render_mode
         self._renderer = None
         self._scratch_data = None
         self._make_specs()

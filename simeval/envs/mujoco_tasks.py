@@ -16,6 +16,7 @@ on the step path works on whole batches.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -323,14 +324,29 @@ def load_model(task: Task, contact_sensor: bool = False) -> mujoco.MjModel:
     """
     import mujoco
 
-    path = os.path.join(assets_dir(), task.xml)
-    if not contact_sensor:
-        return mujoco.MjModel.from_xml_path(path)
-    spec = mujoco.MjSpec.from_file(path)
-    spec.add_sensor(
-        name=_RNEPOST_SENSOR,
-        type=mujoco.mjtSensor.mjSENS_FRAMELINACC,
-        objtype=mujoco.mjtObj.mjOBJ_BODY,
-        objname=spec.worldbody.first_body().name,
-    )
-    return spec.compile()
+    with open(os.path.join(assets_dir(), task.xml)) as f:
+        xml, total_mass = _without_settotalmass(f.read())
+    spec = mujoco.MjSpec.from_string(xml)
+    if contact_sensor:
+        spec.add_sensor(
+            name=_RNEPOST_SENSOR,
+            type=mujoco.mjtSensor.mjSENS_FRAMELINACC,
+            objtype=mujoco.mjtObj.mjOBJ_BODY,
+            objname=spec.worldbody.first_body().name,
+        )
+    model = spec.compile()
+    if total_mass is not None:
+        # What the deprecated compiler attribute did, done as MuJoCo's deprecation notice says:
+        # the same model, field for field (tests/test_native_envs.py checks it against the XML).
+        mujoco.mj_setTotalmass(model, total_mass)
+        mujoco.mj_setConst(model, mujoco.MjData(model))
+    return model
+
+
+def _without_settotalmass(xml: str) -> tuple[str, float | None]:
+    """The XML without ``<compiler settotalmass=...>`` (deprecated in MuJoCo 4, and warned
+    about at every load), and the total mass it asked for."""
+    found = re.search(r'\s+settotalmass="([^"]+)"', xml)
+    if found is None:
+        return xml, None
+    return xml[: found.start()] + xml[found.end() :], float(found.group(1))

@@ -1,7 +1,9 @@
-"""``python -m simeval.report OUT [OUT2 ...]``: the eval curve as a PNG, and a table.
+"""``python -m simeval.launch.report OUT [OUT2 ...]``: the eval curve as a PNG, and a table.
 
 Plots mean eval return against training step with its 95% bootstrap band,
 one line per run directory, and prints every evaluation as a table.
+``--reference DIR`` draws a run's last evaluation as a horizontal line with
+its band across the plot (a baseline: an untrained policy, another method).
 """
 
 from __future__ import annotations
@@ -11,19 +13,14 @@ import json
 import os
 import sys
 
+from simeval.records import read_records
+
 
 def read_results(out_dir: str) -> list[dict]:
     path = os.path.join(out_dir, "results.jsonl")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{out_dir}: no results.jsonl (is it a simeval.launch --out directory?)")
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                record = json.loads(line)
-                if record.get("status") == "ok":
-                    rows.append(record)
+    rows = [r for r in read_records(path) if r.get("status") == "ok"]
     return sorted(rows, key=lambda r: r["step"])
 
 
@@ -40,7 +37,14 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, list[dict]], path: str) -> str:
+def _band(record: dict) -> tuple[float, float, float]:
+    m = record["metrics"]
+    mean = m["reward"]
+    return mean, m.get("reward_ci_low", mean), m.get("reward_ci_high", mean)
+
+
+def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | None = None) -> str:
+    """Curves with CI bands for ``runs``; each of ``references`` (label -> record) as a horizontal band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,11 +53,13 @@ def plot(runs: dict[str, list[dict]], path: str) -> str:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, rows in runs.items():
         steps = [r["step"] for r in rows]
-        mean = [r["metrics"]["reward"] for r in rows]
-        low = [r["metrics"].get("reward_ci_low", m) for r, m in zip(rows, mean, strict=True)]
-        high = [r["metrics"].get("reward_ci_high", m) for r, m in zip(rows, mean, strict=True)]
+        mean, low, high = zip(*(_band(r) for r in rows), strict=True) if rows else ((), (), ())
         (line,) = ax.plot(steps, mean, marker="o", label=os.path.basename(os.path.normpath(name)))
         ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+    for label, record in (references or {}).items():
+        mean, low, high = _band(record)
+        line = ax.axhline(mean, linestyle="--", linewidth=1.2, label=label)
+        ax.axhspan(low, high, color=line.get_color(), alpha=0.12)
     ax.set_xlabel("training step")
     ax.set_ylabel("eval return (mean, 95% bootstrap CI)")
     ax.grid(alpha=0.3)
@@ -65,20 +71,34 @@ def plot(runs: dict[str, list[dict]], path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simeval.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m simeval.launch.report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="results directories (simeval.launch --out)")
     parser.add_argument("--output", help="PNG path (default: <first run>/eval_curve.png)")
+    parser.add_argument(
+        "--reference", action="append", default=[], help="a results directory drawn as a baseline (its last result)"
+    )
     args = parser.parse_args(argv)
     try:
         runs = {d: read_results(d) for d in args.runs}
+        references = {os.path.basename(os.path.normpath(d)): read_results(d) for d in args.reference}
     except (FileNotFoundError, json.JSONDecodeError) as exc:
-        print(f"simeval.report: error: {exc}", file=sys.stderr)
+        print(f"simeval-report: error: {exc}", file=sys.stderr)
         return 2
-    print(table(runs))
-    path = plot(runs, args.output or os.path.join(args.runs[0], "eval_curve.png"))
+    empty = [d for d, rows in references.items() if not rows]
+    if empty:
+        print(f"simeval-report: error: --reference {empty[0]} has no successful evaluation.", file=sys.stderr)
+        return 2
+    print(table({**runs, **references}))
+    last = {label: rows[-1] for label, rows in references.items()}
+    path = plot(runs, args.output or os.path.join(args.runs[0], "eval_curve.png"), last)
     print(f"plot: {path}")
     return 0
 
 
-if __name__ == "__main__":
+def main_exit() -> None:
+    """Console-script entry point (``simeval-report``)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    main_exit()

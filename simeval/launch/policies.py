@@ -44,7 +44,7 @@ def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
         distribution_kwargs={"low": spec.space.low, "high": spec.space.high, "tanh_loc": False},
         return_log_prob=True,
     )
-    return _stamp(actor, "simeval.policies:gaussian_actor", {"hidden": list(hidden)})
+    return _stamp(actor, "simeval.launch.policies:gaussian_actor", {"hidden": list(hidden)})
 
 
 def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
@@ -60,10 +60,10 @@ def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
         torch.nn.Tanh(),
     )
     policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
-    return _stamp(policy, "simeval.policies:mlp_policy", {"hidden": list(hidden)})
+    return _stamp(policy, "simeval.launch.policies:mlp_policy", {"hidden": list(hidden)})
 
 
-DEFAULT_FACTORY = "simeval.policies:gaussian_actor"
+DEFAULT_FACTORY = "simeval.launch.policies:gaussian_actor"
 
 
 def factory_of(policy) -> tuple[str, dict[str, Any]] | None:

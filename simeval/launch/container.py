@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from simeval.config import ConfigError, LaunchConfig
+from simeval.launch.config import ConfigError, LaunchConfig
 
 # Flags that steer the container itself; they are not forwarded into it.
 CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network")
@@ -120,7 +120,9 @@ def plan(cfg: LaunchConfig, argv: list[str], config_path: str | None, cwd: str |
 
     requests = gpu_device_requests(cfg.gpus)
     command = strip_flags(argv, CONTAINER_FLAGS) + ["--launcher", "local", "--out", out]
-    if requests and not cfg.device:
+    if cfg.device:
+        command += ["--device", cfg.device]  # also when it came from the host's SIMEVAL_DEFAULT_DEVICE
+    elif requests:
         command += ["--device", "cuda:0"]  # the requested GPUs are renumbered from 0 inside
     if cfg.device and cfg.device.startswith("cuda:") and requests and requests[0]["DeviceIDs"]:
         index = cfg.device.split(":", 1)[1]

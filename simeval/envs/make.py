@@ -77,7 +77,7 @@ def make_env(
             across sub-envs (so they do not depend on ``num_envs``). An eval
             worker freezes it and needs the training statistics (``weights_dict``).
         render: make sub-env 0 renderable (240x240 RGB frames from the
-            "track" camera, for ``simeval.video``). The gymnasium backend then
+            "track" camera, for ``simeval.frames``). The gymnasium backend then
             builds its sub-envs with ``render_mode="rgb_array"``; the native
             env renders only when its ``render()`` is called, either way.
         backend: ``"native"`` or ``"gymnasium"``; ``None`` picks native for
@@ -99,7 +99,12 @@ def make_env(
         from simeval.envs.mujoco import MujocoBatchEnv
 
         base = MujocoBatchEnv(
-            name, num_envs, device=device, num_threads=num_threads, exact_contact_forces=exact_contact_forces
+            name,
+            num_envs,
+            device=device,
+            num_threads=num_threads,
+            exact_contact_forces=exact_contact_forces,
+            render_mode="rgb_array" if render else None,
         )
     else:
         base = _gymnasium_env(name, num_envs, device, render)

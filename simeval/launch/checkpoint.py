@@ -18,6 +18,7 @@ watcher never sees half a file.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -25,6 +26,8 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
+
+from simeval.settings import canonical_ref
 
 FORMAT = "simeval-checkpoint/1"
 _SEP = "/"
@@ -43,6 +46,7 @@ class Checkpoint:
     obs_norm: Any = None  # TensorDict of VecNorm weights + statistics, or None
     policy_factory: str | None = None
     policy_kwargs: dict = field(default_factory=dict)
+    sha256: str | None = None  # of the bytes that were loaded (what was evaluated)
 
     @property
     def weights_dict(self) -> dict[str, Any]:
@@ -89,11 +93,11 @@ def save_checkpoint(
     ``policy`` is an nn.Module (or a weights TensorDict); ``obs_norm`` the
     training env's VecNorm transform, whose running statistics are kept.
     The factory defaults to the one stamped on the policy by
-    ``simeval.policies``.
+    ``simeval.launch.policies``.
     """
     import torch
 
-    from simeval.policies import factory_of
+    from simeval.launch.policies import factory_of
     from simeval.weights import as_weights
 
     if policy_factory is None and factory_of(policy) is not None:
@@ -136,26 +140,36 @@ def save_checkpoint(
     return path
 
 
+def _refusal(path: str, exc: Exception) -> CheckpointError:
+    """One line saying why torch refused or failed to load ``path``."""
+    if isinstance(exc, pickle.UnpicklingError):
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        what = f"it references {found.group(1)}" if found else "it holds objects other than tensors and plain data"
+        return CheckpointError(f"{path}: refused to load: {what} (only tensors and plain data are allowed).")
+    reason = str(exc).strip().split(". ")[0].splitlines()[0][:160] if str(exc).strip() else ""
+    return CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {reason}).")
+
+
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint without unpickling arbitrary objects.
 
-    Raises CheckpointError (one line, naming the file) for a missing,
-    truncated, corrupt, foreign or code-carrying file.
+    The file is read once: its sha256 (``Checkpoint.sha256``) is that of the
+    bytes loaded, so a file replaced afterwards cannot be recorded with the
+    wrong hash. Raises CheckpointError (one line, naming the file) for a
+    missing, truncated, corrupt, foreign or code-carrying file.
     """
     import torch
 
     path = os.fspath(path)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint file.") from None
-    except pickle.UnpicklingError as exc:
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
-        what = f"it references {found.group(1)}" if found else "it holds objects other than tensors and plain data"
-        raise CheckpointError(f"{path}: refused to load: {what} (only tensors and plain data are allowed).") from None
-    except Exception as exc:  # noqa: BLE001 - truncated zip, not a torch file, ...
-        reason = str(exc).strip().split(". ")[0].splitlines()[0][:160] if str(exc).strip() else ""
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {reason}).") from None
+    try:
+        data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a pickle refusal, a truncated zip, not a torch file, ...
+        raise _refusal(path, exc) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a simeval checkpoint (no format {FORMAT!r}).")
     try:
@@ -165,9 +179,33 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
             env=data.get("env"),
             policy=_unflatten(data["policy"]),
             obs_norm=None if data.get("obs_norm") is None else _unflatten(data["obs_norm"]),
-            policy_factory=data.get("policy_factory"),
+            policy_factory=canonical_ref(data["policy_factory"]) if data.get("policy_factory") else None,
             policy_kwargs=dict(data.get("policy_kwargs") or {}),
+            sha256=hashlib.sha256(raw).hexdigest(),
         )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: malformed simeval checkpoint ({type(exc).__name__}: {exc}).") from None
+
+
+def peek_step(path: str | os.PathLike) -> int:
+    """A checkpoint's step, without reading its tensors (memory-mapped, weights_only).
+
+    The watcher orders a backlog by step with this and loads each checkpoint
+    in full only when its turn comes. Raises like :func:`load_checkpoint`.
+    """
+    import torch
+
+    path = os.fspath(path)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint file.") from None
+    except Exception as exc:  # noqa: BLE001
+        raise _refusal(path, exc) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a simeval checkpoint (no format {FORMAT!r}).")
+    try:
+        return int(data["step"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: malformed simeval checkpoint ({type(exc).__name__}: {exc}).") from None
 

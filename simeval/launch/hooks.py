@@ -34,7 +34,7 @@ def worker_init(user_init: str | None = None, cuda_visible: str | None = None, *
     if cuda_visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible
     if user_init:
-        from simeval.spec import resolve_callable
+        from simeval.settings import resolve_callable
 
         call_hook(resolve_callable(user_init, "--init-fn"), **available)
 
@@ -47,7 +47,7 @@ def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, de
     are enabled only when video is asked for (rendering is otherwise off).
     """
     if importlib.util.find_spec("isaaclab") is None:
-        raise RuntimeError("--init-fn simeval.init:isaaclab_app_launcher needs Isaac Lab (isaaclab) installed.")
+        raise RuntimeError("--init-fn simeval.launch.hooks:isaaclab_app_launcher needs Isaac Lab (isaaclab) installed.")
     if "torch" in sys.modules:
         raise RuntimeError("torch was imported before Isaac Lab's AppLauncher: start the app first.")
     import argparse

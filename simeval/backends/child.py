@@ -1,0 +1,57 @@
+"""Entry point of a process-backend worker: ``python -m simeval.backends.child FD``.
+
+Started with subprocess rather than multiprocessing's spawn, because spawn
+re-imports the user's ``__main__`` script in the child before anything else
+runs, and a training script imports torch at its top: ``init_fn`` (Isaac
+Lab's AppLauncher) must run before that. :class:`~simeval.backends.host.WorkerHost`
+does the start-up in that order; this module only speaks the socket protocol:
+
+parent -> child: ``("init", setup)``, then ``("eval", step, weights, overrides)`` or ``("close",)``
+child -> parent: ``("ready",)`` or ``("fatal", message, traceback)``, then one reply per eval.
+"""
+
+from __future__ import annotations
+
+import sys
+from multiprocessing.connection import Connection
+
+
+def serve(conn: Connection) -> None:
+    from simeval.backends.host import WorkerHost
+
+    kind, setup = conn.recv()
+    assert kind == "init", kind
+    sys.path[:] = setup["sys_path"]  # exactly the parent's (a Ray actor only adds the missing entries)
+    host = WorkerHost(setup)
+    if not host.start():
+        conn.send(("fatal", *host.fatal))
+        return
+    conn.send(("ready",))
+    from simeval.backends.shm import SharedReader
+
+    reader = SharedReader()
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                break
+            if msg[0] == "close":
+                break
+            _, step, described, overrides = msg
+            conn.send(host.run(step, reader.read(described), overrides))
+    finally:
+        reader.close()
+        host.close()
+
+
+def main() -> None:
+    conn = Connection(int(sys.argv[1]))
+    try:
+        serve(conn)
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""A worker in a process of its own (child process or Ray actor): set up, then serve rounds.
+
+The parent packs a :class:`~simeval.backends.base.WorkerRecipe` with
+:func:`make_setup` (factories cloudpickled, ``init_fn`` kept as a
+``module:function`` string or pickled bytes). In the worker process,
+:class:`WorkerHost` does the steps in an order Isaac Lab needs:
+
+1. sys.path and cwd like the parent's, 2. run ``init_fn`` (e.g. AppLauncher),
+3. only then unpickle the factories (unpickling may import torch), 4. build
+the env and policy. A failure in any step is kept as the host's ``fatal``
+error: the process is of no further use and is replaced. Each round's reply
+is a plain tuple: ``("result", raw)``, ``("error", message, traceback)`` or
+``("fatal", message, traceback)``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+from simeval.backends.base import WorkerRecipe
+
+
+def make_setup(recipe: WorkerRecipe) -> dict[str, Any]:
+    """Plain data (and pickled bytes) that a worker process starts from."""
+    import cloudpickle
+
+    init_fn = recipe.init_fn
+    return {
+        "sys_path": list(sys.path),
+        "cwd": os.getcwd(),
+        "init_fn": init_fn if init_fn is None or isinstance(init_fn, str) else cloudpickle.dumps(init_fn),
+        "payload": cloudpickle.dumps((recipe.settings, recipe.env, recipe.policy_factory)),
+    }
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """(``Type: message``, formatted traceback) of an exception, for the parent."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return f"{type(exc).__name__}: {exc}", tb
+
+
+def run_init_fn(init_fn: str | bytes | None) -> None:
+    if init_fn is None:
+        return
+    if isinstance(init_fn, bytes):
+        import pickle
+
+        import cloudpickle  # noqa: F401  (cloudpickle's loader is plain pickle)
+
+        init_fn = pickle.loads(init_fn)
+    from simeval.settings import resolve_callable
+
+    resolve_callable(init_fn, "init_fn")()
+
+
+class WorkerHost:
+    """Everything a worker process runs: start-up in the right order, then one round per call."""
+
+    def __init__(self, setup: dict[str, Any]) -> None:
+        self.setup = setup
+        self.worker = None
+        self.fatal: tuple[str, str] | None = None
+
+    def start(self) -> bool:
+        """Run init_fn, unpickle the factories, build env and policy; False (and ``fatal``) on failure."""
+        setup = self.setup
+        for entry in setup.get("sys_path", []):
+            if entry not in sys.path:
+                sys.path.append(entry)
+        try:
+            os.chdir(setup["cwd"])
+        except (KeyError, OSError):
+            pass
+        try:
+            run_init_fn(setup["init_fn"])
+            import pickle
+
+            settings, env_factory, policy_factory = pickle.loads(setup["payload"])
+            from simeval.worker import EvalWorker
+
+            self.worker = EvalWorker(settings, env_factory=env_factory, policy_factory=policy_factory)
+            self.worker.owns_process = True
+            self.worker.build()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            self.fatal = describe(exc)
+            return False
+        return True
+
+    def run(self, step: int, weights: Any, overrides: Any = None) -> tuple:
+        """One round: ``("result", raw)``, or the failure as ``("error" | "fatal", message, traceback)``."""
+        if self.fatal is not None:
+            return ("fatal", *self.fatal)
+        try:
+            return ("result", self.worker.run(weights, step, overrides))
+        except BaseException as exc:  # noqa: BLE001 - the worker stays up for the next request
+            return ("error", *describe(exc))
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()

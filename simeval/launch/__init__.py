@@ -1,0 +1,73 @@
+"""``python -m simeval.launch``: evaluate checkpoints, watch a directory, or serve training.
+
+    python -m simeval.launch                                  # the shipped training run, default settings
+    python -m simeval.launch --checkpoint ckpt.pt --episodes 32
+    python -m simeval.launch --config launchers/mujoco-halfcheetah.yaml --watch runs/exp1/ckpt
+    python -m simeval.launch --backend ray --num-gpus 1 --serve cheetah-eval
+
+The launcher half of simeval: command line and config (``cli``, ``config``),
+what to evaluate and how workers build it (``plan``), the pipeline
+(``app``: checkpoint or ``watch`` source -> Evaluator -> ``results``),
+checkpoints, init hooks, policies, video, reports, the Docker launcher and
+the demo. Flags simeval does not know are handed to ``--init-fn``; torch is
+imported only after the init hook ran. Bad input: one line on stderr, exit
+code 2 (``--debug`` shows the traceback). Nothing here imports torch at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+SHIPPED_RUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "halfcheetah_ppo")
+
+
+def shipped_checkpoint() -> str:
+    """The last checkpoint of the shipped training run (HalfCheetah-v5 PPO, 1M frames)."""
+    names = sorted(n for n in os.listdir(SHIPPED_RUN) if n.endswith(".pt"))
+    return os.path.join(SHIPPED_RUN, names[-1])
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    try:
+        from simeval.launch.cli import parse
+        from simeval.launch.config import ConfigError
+
+        parsed = parse(argv)
+        cfg = parsed.cfg
+        if cfg.launcher == "docker":
+            from simeval.launch import container
+
+            return container.run(container.plan(cfg, argv, parsed.config_path))
+        if cfg.source is None:
+            if parsed.config_path:
+                raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
+            cfg.watch = SHIPPED_RUN  # embedded default: every checkpoint of the shipped training run
+        if cfg.init_fn and cfg.backend == "thread":
+            # The env lives in this process: the hook (e.g. AppLauncher) runs here, before torch.
+            from simeval.launch.hooks import call_hook
+            from simeval.settings import resolve_callable
+
+            call_hook(resolve_callable(cfg.init_fn, "--init-fn"), argv=parsed.extra, video=cfg.video, device=cfg.device)
+        from simeval.launch.app import run
+
+        return run(parsed, cfg.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
+        if debug:
+            traceback.print_exc()
+        print(f"simeval-launch: error: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
+
+
+def main_exit() -> None:
+    """Console-script entry point (``simeval-launch``)."""
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The launcher's command line, made from LaunchConfig's fields (defaults and help live there).
+
+Flags simeval does not know are kept for ``--init-fn`` (Isaac Lab's
+AppLauncher adds ``--headless``, ``--livestream``, ...); without an init hook
+they are an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from simeval.launch.config import FIELDS, ConfigError, LaunchConfig, from_mapping, load_yaml, resolve
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, our exit code, no usage wall
+        raise ConfigError(f"{message} (see --help).")
+
+
+def _value_type(name: str) -> Any:
+    """int, float or str: the type of a field, without ``| None``."""
+    hint = typing.get_type_hints(LaunchConfig)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="simeval-launch",
+        description="Evaluate robot-learning policies: a checkpoint, a directory training writes to, "
+        "or weights streamed from a training process.",
+        argument_default=argparse.SUPPRESS,
+        allow_abbrev=False,
+    )
+    p.add_argument("--config", help="YAML profile (launchers/*.yaml); flags override it")
+    for name, f in FIELDS.items():
+        meta = f.metadata
+        flag = meta.get("flag", "--" + name.replace("_", "-"))
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        kind = _value_type(name)
+        quiet = default in (None, {}) or kind is bool or not meta.get("show_default", True)
+        help_text = meta["help"] + ("" if quiet else f" (default {default})")
+        if kind is bool:
+            action = "store_false" if flag.startswith("--no-") else "store_true"
+            p.add_argument(flag, dest=name, action=action, help=help_text)
+        elif meta.get("json"):
+            p.add_argument(flag, dest=name, type=json.loads, metavar="JSON", help=help_text)
+        else:
+            p.add_argument(flag, dest=name, type=kind, metavar=name.upper(), help=help_text)
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+@dataclass
+class Parsed:
+    """What the command line asked for."""
+
+    cfg: LaunchConfig
+    extra: list[str]  # flags for the init hook
+    explicit: set[str]  # fields set by the profile or a flag (not defaults)
+    config_path: str | None
+
+
+def parse(argv: list[str]) -> Parsed:
+    """Config from YAML then flags."""
+    ns, extra = build_parser().parse_known_args(argv)
+    given = vars(ns)
+    given.pop("debug", None)
+    settings: dict[str, Any] = {}
+    config_path = given.pop("config", None)
+    if config_path:
+        settings.update(load_yaml(config_path))
+    settings.update(from_mapping(given, "command line"))
+    cfg = resolve(settings)
+    if extra and not cfg.init_fn:
+        raise ConfigError(
+            f"unrecognized arguments: {' '.join(extra)} (flags simeval does not know go to --init-fn; none is set)."
+        )
+    return Parsed(cfg, extra, set(settings), config_path)

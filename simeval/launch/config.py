@@ -1,0 +1,143 @@
+"""LaunchConfig: every setting of ``python -m simeval.launch``, from YAML and flags.
+
+A YAML profile (``--config launchers/....yaml``) sets any field; a flag given
+on the command line overrides it. Field names use underscores; YAML may use
+dashes too. Unknown YAML keys are an error, never silently ignored. Each
+field's default and help text live here only: ``cli.py`` makes the flags from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+BACKENDS = ("thread", "process", "ray")
+LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
+LAUNCHERS = ("local", "docker")
+ENV_BACKENDS = ("native", "gymnasium")
+SOURCES = ("checkpoint", "watch", "serve")
+# A site's default device (slurm/eval.sh sets cuda:0 when the job has a GPU), used
+# only when neither a flag nor the profile names one.
+DEVICE_ENV = "SIMEVAL_DEFAULT_DEVICE"
+
+
+class ConfigError(ValueError):
+    """Bad launcher input; the message says what is wrong and what to do."""
+
+
+def _opt(default: Any, help: str, **meta: Any) -> Any:
+    factory = {"default_factory": default} if callable(default) else {"default": default}
+    return field(metadata={"help": help, **meta}, **factory)
+
+
+@dataclass
+class LaunchConfig:
+    backend: str = _opt("thread", f"where evaluation runs: {', '.join(BACKENDS)}")
+    num_gpus: float = _opt(0, "GPUs the Ray actor asks for")
+    device: str | None = _opt(None, "eval device, e.g. cuda:1 (process backend: only that GPU is visible)")
+    env: str = _opt(
+        "HalfCheetah-v5",
+        "gymnasium id (HalfCheetah-v5, ...) or isaaclab:<task> (default: the checkpoint's, else HalfCheetah-v5)",
+        show_default=False,
+    )
+    env_backend: str | None = _opt(
+        None, f"MuJoCo envs: {', '.join(ENV_BACKENDS)} (default: native for the tasks it has, else gymnasium)"
+    )
+    num_envs: int = _opt(8, "batched sub-envs")
+    episodes: int = _opt(16, "complete episodes per evaluation")
+    max_steps: int | None = _opt(1000, "episode cap")
+    seed: int | None = _opt(0, "env seed, the same every round")
+    init_fn: str | None = _opt(
+        None, "module:function run first, before torch (e.g. simeval.launch.hooks:isaaclab_app_launcher)"
+    )
+    policy: str | None = _opt(None, "module:factory building the policy from the env (default: the checkpoint's)")
+    policy_kwargs: dict = _opt(dict, "JSON keyword arguments for --policy", json=True)
+    checkpoint: str | None = _opt(None, "evaluate this checkpoint once")
+    watch: str | None = _opt(None, "evaluate every checkpoint written to this directory, once, in step order")
+    serve: str | None = _opt(None, "serve a named Ray evaluator that training reaches with simeval.connect(NAME)")
+    out: str | None = _opt(None, "results directory (default: runs/<timestamp>)")
+    logger: str = _opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
+    video: bool = _opt(False, "record an MP4 of each round's first episode")
+    until_step: int | None = _opt(None, "--watch: stop after a checkpoint at or past this step")
+    poll_interval: float = _opt(2.0, "--watch: seconds between directory scans")
+    start_timeout: float = _opt(120.0, "seconds a worker may take to start")
+    obs_norm: bool = _opt(True, "evaluate without the checkpoint's VecNorm statistics", flag="--no-obs-norm")
+    launcher: str = _opt("local", f"where the launcher runs: {', '.join(LAUNCHERS)}")
+    image: str | None = _opt(None, "--launcher docker: the eval image (containers/Dockerfile)")
+    gpus: str | None = _opt(None, "--launcher docker: host GPUs for the container, e.g. 1 or 0,2 or all")
+    network: str | None = _opt(None, "--launcher docker: container network, e.g. host or none")
+
+    def validate(self) -> LaunchConfig:
+        for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"unknown {name} {getattr(self, name)!r}: choose one of {', '.join(choices)}.")
+        if self.env_backend is not None and self.env_backend not in ENV_BACKENDS:
+            raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {', '.join(ENV_BACKENDS)}.")
+        if self.launcher != "docker":
+            for name in ("image", "gpus", "network"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"--{name} is a container setting: it needs --launcher docker.")
+        elif not self.image:
+            raise ConfigError(
+                "--launcher docker needs --image IMAGE (build one: docker build -f containers/Dockerfile -t IMAGE .)."
+            )
+        sources = [k for k in SOURCES if getattr(self, k)]
+        if len(sources) > 1:
+            raise ConfigError("give one source of weights, not " + " and ".join(f"--{s}" for s in sources) + ".")
+        if self.serve and self.backend != "ray":
+            raise ConfigError("--serve needs --backend ray (a named Ray actor is what training connects to).")
+        for name in ("num_envs", "episodes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"--max-steps must be >= 1, got {self.max_steps}.")
+        for name in ("init_fn", "policy"):
+            value = getattr(self, name)
+            if value is not None and value.count(":") != 1:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must look like 'package.module:function', got {value!r}."
+                )
+        return self
+
+    @property
+    def source(self) -> str | None:
+        return next((k for k in SOURCES if getattr(self, k)), None)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
+
+
+def from_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate a YAML mapping's keys against LaunchConfig; returns field -> value."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}.")
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in FIELDS:
+            raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(sorted(FIELDS))}.")
+        out[name] = value
+    return out
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}.") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}).") from None
+    return from_mapping(data, path)
+
+
+def resolve(settings: dict[str, Any]) -> LaunchConfig:
+    """The validated config for the merged YAML and flag ``settings``, with the site's default device."""
+    cfg = LaunchConfig(**settings)
+    if cfg.device is None and os.environ.get(DEVICE_ENV):
+        cfg.device = os.environ[DEVICE_ENV]
+    return cfg.validate()

@@ -1,0 +1,69 @@
+"""``make demo``: evaluate the shipped PPO training run on batched HalfCheetah-v5.
+
+Runs the launcher on its embedded defaults (``--watch`` the shipped run's
+checkpoints, thread backend, 8 envs, 16 episodes, seed 0): the eval curve of
+the training run. Then two reference rows on the final checkpoint: the
+trained policy without its VecNorm statistics, and an untrained policy of the
+same architecture. Prints the table and draws the curve with its 95% bands.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simeval import launch
+    from simeval.launch import report
+
+    root = os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
+    trained = os.path.join(root, "trained")
+    print("$ python -m simeval.launch --out", trained, flush=True)
+    if launch.main(["--out", trained]) != 0:
+        return 1
+
+    # An untrained actor of the same architecture.
+    import torch
+
+    from simeval import load_checkpoint, save_checkpoint
+    from simeval.envs import make_env
+    from simeval.launch.policies import gaussian_actor
+
+    final = launch.shipped_checkpoint()
+    shipped = load_checkpoint(final)
+    torch.manual_seed(0)
+    env = make_env(shipped.env, num_envs=1)
+    untrained = save_checkpoint(
+        os.path.join(root, "untrained.pt"), gaussian_actor(env, **shipped.policy_kwargs), 0, env=shipped.env
+    )
+    env.close()
+    references = {}
+    for label, out, args in (
+        ("final checkpoint, VecNorm stats left out", "no-vecnorm", ["--checkpoint", final, "--no-obs-norm"]),
+        ("untrained policy", "untrained", ["--checkpoint", untrained]),
+    ):
+        out = os.path.join(root, out)
+        print(f"\n$ python -m simeval.launch {' '.join(args)} --out {out}", flush=True)
+        if launch.main([*args, "--out", out]) != 0:
+            return 1
+        references[label] = report.read_results(out)[-1]
+
+    curve = report.read_results(trained)
+    print(f"\n{shipped.env}, 16 episodes of 1000 steps per evaluation, seed 0 (the same initial states everywhere):\n")
+    print(f"{'policy':<42}{'return':>10}{'95% CI':>22}")
+    rows = [(f"trained, step {r['step']:>9,}", r) for r in curve] + list(references.items())
+    for label, record in rows:
+        m = record["metrics"]
+        ci = "[{:.1f}, {:.1f}]".format(m["reward_ci_low"], m["reward_ci_high"])
+        print(f"{label:<42}{m['reward']:>10.1f}{ci:>22}")
+    png = report.plot(
+        {"training run (shipped checkpoints)": curve}, os.path.join(trained, "eval_curve.png"), references
+    )
+    print(f"\nresults: {os.path.join(trained, 'results.jsonl')}\nplot:    {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""What the launcher evaluates and how a worker builds it.
+
+:class:`EvalPlan` is decided from the config and a checkpoint (its env, its
+policy factory, whether VecNorm statistics are used); :func:`make_evaluator`
+turns a plan into an Evaluator whose env and policy factories are
+module-level functions, picklable by reference for process and Ray workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+from simeval.launch.config import ConfigError, LaunchConfig
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    env: str
+    obs_norm: bool
+    policy_factory: str
+    policy_kwargs: dict = field(default_factory=dict, hash=False, compare=True)
+
+    def describe(self) -> str:
+        return f"{self.env} with {self.policy_factory}({self.policy_kwargs or ''})"
+
+
+def plan_for(cfg: LaunchConfig, explicit: set[str], ck=None) -> EvalPlan:
+    """The plan for checkpoint ``ck`` (or, for --serve, for the config alone)."""
+    from simeval.launch.checkpoint import CheckpointError
+    from simeval.launch.policies import DEFAULT_FACTORY
+
+    env = cfg.env
+    if ck is not None and ck.env:
+        if "env" in explicit and ck.env != cfg.env:
+            raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {cfg.env}.")
+        env = ck.env
+    factory = cfg.policy or (ck.policy_factory if ck is not None else None) or DEFAULT_FACTORY
+    kwargs = cfg.policy_kwargs or (ck.policy_kwargs if ck is not None and factory == ck.policy_factory else {})
+    obs_norm = cfg.obs_norm and (ck is None or ck.obs_norm is not None)
+    return EvalPlan(env, obs_norm, factory, dict(kwargs))
+
+
+def check_env(name: str, backend: str | None = None) -> str:
+    """The env backend that will run ``name`` (isaaclab, native or gymnasium); a ConfigError if none can."""
+    if name.startswith("isaaclab:"):
+        return "isaaclab"
+    import gymnasium
+
+    if name not in gymnasium.registry:
+        raise ConfigError(
+            f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>."
+        )
+    from simeval.envs import env_backend
+
+    return env_backend(name, backend)
+
+
+def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:
+    """(CUDA_VISIBLE_DEVICES for the worker, device inside it).
+
+    A process worker sees only the GPU it was given and calls it cuda:0, so
+    evaluation never touches the training GPU. Ray sets the variable itself.
+    """
+    if backend == "process" and device and device.startswith("cuda:"):
+        return device.split(":", 1)[1], "cuda:0"
+    return None, device
+
+
+# -- what workers build (module level: picklable by reference) -----------------
+def build_env(
+    name: str,
+    num_envs: int,
+    max_steps: int | None,
+    device: str | None,
+    obs_norm: bool,
+    video_dir: str | None,
+    backend: str | None = None,
+):
+    if name.startswith("isaaclab:"):
+        from simeval.envs.isaaclab import make_env as make_isaaclab_env
+
+        return make_isaaclab_env(name.split(":", 1)[1], num_envs=num_envs, device=device)
+    if video_dir:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
+    from simeval.envs import make_env
+
+    env = make_env(
+        name,
+        num_envs=num_envs,
+        max_steps=max_steps,
+        device=device,
+        obs_norm=obs_norm,
+        render=bool(video_dir),
+        backend=backend,
+    )
+    if video_dir:
+        from simeval.launch.video import EpisodeVideo
+
+        env.append_transform(EpisodeVideo(video_dir))
+    return env
+
+
+def build_policy(factory: str, kwargs: dict, env):
+    from simeval.settings import resolve_callable
+
+    return resolve_callable(factory, "--policy")(env, **kwargs)
+
+
+def make_evaluator(cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str):
+    """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results."""
+    cuda_visible, device = placement(cfg.device, cfg.backend)
+    init_fn = None
+    if cfg.backend != "thread" and (cfg.init_fn or cuda_visible):
+        from simeval.launch.hooks import worker_init
+
+        init_fn = functools.partial(
+            worker_init, user_init=cfg.init_fn, cuda_visible=cuda_visible, argv=extra, video=cfg.video, device=device
+        )
+    video_dir = os.path.abspath(os.path.join(out, "videos")) if cfg.video else None
+    if cfg.backend == "thread" and device in (None, "cpu"):
+        import torch
+
+        # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
+        # intra-op thread, leaving the cores to the batched simulator's own threads.
+        torch.set_num_threads(1)
+    from simeval import Evaluator
+
+    return Evaluator(
+        functools.partial(
+            build_env, plan.env, cfg.num_envs, cfg.max_steps, device, plan.obs_norm, video_dir, cfg.env_backend
+        ),
+        policy_factory=functools.partial(build_policy, plan.policy_factory, dict(plan.policy_kwargs)),
+        num_trajectories=cfg.episodes,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed,
+        device=device,
+        backend=cfg.backend,
+        init_fn=init_fn,
+        num_gpus=cfg.num_gpus,
+        ray_kwargs={"name": cfg.serve} if cfg.serve else None,
+        start_timeout=cfg.start_timeout,
+        keep_episodes=True,
+        results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
+        results_context=record_context(cfg, plan, env_backend),
+    )
+
+
+def record_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:
+    """What every results.jsonl line of this run says about where and how it was evaluated."""
+    return {"backend": cfg.backend, "env": plan.env, "env_backend": env_backend}

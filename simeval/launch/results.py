@@ -1,0 +1,57 @@
+"""The results directory: ``OUT/results.jsonl`` (the source of truth) and a torchrl logger.
+
+Lines are built and written by :mod:`simeval.records` (the same code a served
+evaluator's worker uses); a watcher resumes from them. Metrics also go to a
+torchrl logger (CSV by default) for dashboards.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from simeval.records import append_record, read_records
+
+RESULTS = "results.jsonl"
+
+
+class ResultsLog:
+    """``OUT/results.jsonl`` plus an optional torchrl logger."""
+
+    def __init__(self, out_dir: str, logger: str | None = "csv") -> None:
+        self.out_dir = out_dir
+        self.path = os.path.join(out_dir, RESULTS)
+        os.makedirs(out_dir, exist_ok=True)
+        self._repair_tail()
+        self._logger = _make_logger(logger, out_dir) if logger else None
+
+    def _repair_tail(self) -> None:
+        """Drop a partial last line left by a crash mid-write: it never was a result."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        return read_records(self.path)
+
+    def append(self, record: dict[str, Any]) -> None:
+        append_record(self.path, record)
+        if self._logger is not None and record.get("status") == "ok":
+            for name, value in record["metrics"].items():
+                if value is not None:
+                    self._logger.log_scalar(f"eval/{name}", value, step=record["step"])
+
+
+def _make_logger(kind: str, out_dir: str):
+    from torchrl.record.loggers import get_logger
+
+    try:
+        return get_logger(kind, logger_name=os.path.join(out_dir, "logs"), experiment_name="simeval")
+    except ImportError as exc:
+        from simeval.launch.config import ConfigError
+
+        raise ConfigError(f"--logger {kind} needs its package: {exc}. Install it or use --logger csv.") from None

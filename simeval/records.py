@@ -1,0 +1,87 @@
+"""results.jsonl lines: one builder, one durable writer, one reader.
+
+The launcher and a served evaluator's worker write the same lines: the
+launcher from each result it records, the worker (``Evaluator(results_path=
+...)``) from each round it runs, so a served evaluator's results are durable
+whoever triggered them. Lines are appended whole, flushed and fsync'd.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+_LIST_KEYS = ("episode_returns", "episode_lengths")
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready value: tensors and arrays as lists or numbers, NaN and inf as None."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; keep the file strict
+    return value
+
+
+def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any]:
+    """The scalar metrics of an Evaluator result, without the prefix."""
+    out = {}
+    for key, value in result.items():
+        name = key.split("/", 1)[1] if key.startswith(prefix + "/") else key
+        if name in ("step", "video", *_LIST_KEYS):
+            continue
+        value = plain(value)
+        if value is None or isinstance(value, (int, float)):
+            out[name] = value
+    return out
+
+
+def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any) -> dict[str, Any]:
+    """A results.jsonl line for an Evaluator result (``keep_episodes=True``), plus ``context``."""
+    record = {
+        "status": "ok",
+        "step": int(plain(result[f"{prefix}/step"])),
+        "metrics": metrics_of(result, prefix),
+        "episode_returns": plain(result.get(f"{prefix}/episode_returns", [])),
+        "episode_lengths": plain(result.get(f"{prefix}/episode_lengths", [])),
+        "host": socket.gethostname(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    record.update(context)
+    return record
+
+
+def failed_record(path: str, message: str, step: int | None = None) -> dict[str, Any]:
+    """The line for a checkpoint that could not be evaluated (it is never tried again)."""
+    record = {"status": "failed", "checkpoint": path, "checkpoint_name": os.path.basename(path), "error": message}
+    if step is not None:
+        record["step"] = int(step)
+    return record
+
+
+def append_record(path: str, record: Mapping[str, Any]) -> None:
+    """Append one line, whole: a crash leaves at most a partial last line, which readers drop."""
+    line = json.dumps(record, allow_nan=False) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(path: str) -> Iterator[dict[str, Any]]:
+    """Every complete line of a results file (a partial last line from a crash is skipped)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                return
+            line = line.strip()
+            if line:
+                yield json.loads(line)

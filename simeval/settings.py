@@ -1,0 +1,102 @@
+"""What a worker needs to run evaluation rounds, as plain picklable data.
+
+``EvalSettings`` is fixed for an evaluator's life and travels once to the
+worker (thread, child process or Ray actor); ``RoundOverrides`` travel with a
+single request (``RayEvalWorker.submit`` sets a round's ``max_steps`` and
+exploration). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+NestedKey = Any  # str | tuple[str, ...]; kept loose so this module imports no torch
+
+# Names that moved when the launcher became a subpackage; checkpoints and profiles
+# written before still name the old modules.
+_MOVED_MODULES = {"simeval.policies": "simeval.launch.policies", "simeval.init": "simeval.launch.hooks"}
+
+
+def as_key(key: NestedKey) -> tuple[str, ...]:
+    """Normalise a nested key to a tuple (``"reward"`` -> ``("reward",)``)."""
+    if isinstance(key, str):
+        return (key,)
+    if isinstance(key, (list, tuple)) and len(key) == 1 and isinstance(key[0], (list, tuple)):
+        return as_key(key[0])
+    if isinstance(key, (list, tuple)) and all(isinstance(k, str) for k in key):
+        return tuple(key)
+    raise ValueError(f"expected a nested key such as ('next', 'reward'), got {key!r}; pass one key.")
+
+
+def exploration_name(value: Any) -> str:
+    """An ``ExplorationType``, its name or its value (``"mode"``) as the member's name."""
+    if value is None:
+        return "DETERMINISTIC"
+    if isinstance(value, str):
+        from torchrl.envs.utils import ExplorationType
+
+        member = ExplorationType(value) if value.islower() else ExplorationType[value]
+        return member.name
+    return value.name
+
+
+@dataclass
+class EvalSettings:
+    """Settings shared by every backend; the rollout core reads only this.
+
+    ``num_trajectories=None`` means one episode per sub-env (``RayEvalWorker``);
+    ``record_frames`` renders sub-env 0's first episode of each round when the
+    env renders (``render_mode == "rgb_array"``); ``results_path`` makes the
+    worker append each result there, with ``results_context`` added to the line.
+    """
+
+    num_trajectories: int | None = 10
+    max_steps: int | None = None
+    frames_per_batch: int | None = None
+    collector_cls: Any = None
+    collector_kwargs: dict = field(default_factory=dict)
+    reward_key: tuple[str, ...] = ("next", "reward")
+    done_key: tuple[str, ...] = ("next", "done")
+    device: str | None = None
+    exploration_type: str = "DETERMINISTIC"
+    metrics_fn: Callable | None = None
+    dump_video: bool = True
+    record_frames: bool = False
+    seed: int | None = None
+    log_prefix: str = "eval"
+    results_path: str | None = None
+    results_context: dict = field(default_factory=dict)
+
+
+@dataclass
+class RoundOverrides:
+    """Per-request changes to the settings, restored after the round."""
+
+    max_steps: int | None = None
+    exploration_type: str | None = None
+
+
+def canonical_ref(ref: str) -> str:
+    """A ``module:function`` reference under its current module name."""
+    module_name, sep, attr = ref.partition(":")
+    return _MOVED_MODULES.get(module_name, module_name) + sep + attr
+
+
+def resolve_callable(ref: str | Callable, what: str) -> Callable:
+    """Turn ``"package.module:function"`` into the function it names."""
+    if callable(ref):
+        return ref
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise ValueError(f"{what} must be a callable or a 'module:function' string, got {ref!r}.")
+    module_name, attr = canonical_ref(ref).split(":")
+    module = importlib.import_module(module_name)
+    try:
+        fn = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{what} {ref!r}: module {module_name!r} has no attribute {attr!r}.") from None
+    if not callable(fn):
+        raise ValueError(f"{what} {ref!r} is not callable.")
+    return fn

@@ -1,0 +1,99 @@
+"""--watch's source of work: every checkpoint once, in step order, loaded once, robust to rotation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import pytest
+from launch_helpers import write_checkpoints
+
+from simeval.launch import watch
+from simeval.launch.checkpoint import file_hash, load_checkpoint
+from simeval.launch.watch import Unreadable, Watcher
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """Checkpoints at steps 3000, 1000, 2000 (written in that order)."""
+    return write_checkpoints(str(tmp_path_factory.mktemp("ckpts")), steps=(3000, 1000, 2000))
+
+
+def _run_dir(tmp_path, paths, done: bool = True) -> str:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    for p in paths:
+        shutil.copy(p, directory)
+    if done:
+        (directory / "DONE").write_text("")
+    return str(directory)
+
+
+@pytest.fixture
+def load_counts(monkeypatch):
+    """How often each file is loaded in full (the real loader runs)."""
+    counts: dict[str, int] = {}
+
+    def counting(path):
+        counts[os.path.basename(path)] = counts.get(os.path.basename(path), 0) + 1
+        return load_checkpoint(path)
+
+    monkeypatch.setattr(watch, "load_checkpoint", counting)
+    return counts
+
+
+def test_each_checkpoint_once_in_step_order_each_loaded_once(three, tmp_path, load_counts):
+    directory = _run_dir(tmp_path, three)
+    items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
+    assert [ck.step for ck in items] == [1000, 2000, 3000]
+    # A backlog is ordered by a cheap peek at each file's step, not by loading every file on every pass.
+    assert load_counts == {"step_0001000.pt": 1, "step_0002000.pt": 1, "step_0003000.pt": 1}
+    assert all(ck.sha256 == file_hash(ck.path) for ck in items)
+
+
+def test_names_already_recorded_are_not_yielded_again(three, tmp_path):
+    directory = _run_dir(tmp_path, three)
+    items = list(Watcher(directory, seen={"step_0002000.pt"}, stop=threading.Event(), poll_interval=0.05))
+    assert [ck.step for ck in items] == [1000, 3000]
+
+
+def test_a_file_rotated_away_before_its_turn_is_skipped(three, tmp_path, monkeypatch):
+    directory = _run_dir(tmp_path, three)
+
+    def rotate_then_load(path):
+        if path.endswith("step_0002000.pt"):
+            os.unlink(path)  # training's checkpoint rotation, between the peek and the load
+        return load_checkpoint(path)
+
+    monkeypatch.setattr(watch, "load_checkpoint", rotate_then_load)
+    items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
+    assert [ck.step for ck in items] == [1000, 3000]
+
+
+def test_an_unreadable_file_is_yielded_as_such_once(three, tmp_path):
+    directory = _run_dir(tmp_path, three[:1])
+    with open(os.path.join(directory, "step_0000500.pt"), "wb") as f:
+        f.write(b"not a checkpoint")
+    items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
+    assert isinstance(items[0], Unreadable) and "not a readable checkpoint" in items[0].error
+    assert [ck.step for ck in items[1:]] == [3000]
+
+
+def test_the_recorded_hash_is_of_the_bytes_that_were_evaluated(three, tmp_path):
+    path = str(tmp_path / "ckpt.pt")
+    shutil.copy(three[0], path)
+    before = file_hash(path)
+    ck = load_checkpoint(path)
+    shutil.copy(three[1], path)  # overwritten after loading
+    assert ck.sha256 == before != file_hash(path)
+
+
+def test_stop_ends_the_watch_while_waiting_for_checkpoints(tmp_path):
+    stop = threading.Event()
+    items = []
+    thread = threading.Thread(target=lambda: items.extend(Watcher(str(tmp_path), set(), stop, poll_interval=0.05)))
+    thread.start()
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive() and items == []
