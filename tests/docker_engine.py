@@ -14,9 +14,11 @@ import glob
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
@@ -52,8 +54,11 @@ def debian_mirror() -> str:
 
 
 @contextlib.contextmanager
-def docker_engine() -> Iterator[dict]:
-    """Start dockerd on a private socket; yield the environment (DOCKER_HOST) that reaches it."""
+def docker_engine(*extra_args: str) -> Iterator[dict]:
+    """Start dockerd on a private socket; yield the environment (DOCKER_HOST) that reaches it.
+
+    ``extra_args`` go to dockerd (e.g. ``--log-driver=none``, a host's choice the launcher must cope with).
+    """
     ensure_installed()
     base = tempfile.mkdtemp(prefix="simeval-docker-")
     sock = f"unix://{base}/docker.sock"
@@ -69,6 +74,7 @@ def docker_engine() -> Iterator[dict]:
         "--iptables=false",
         "--ip6tables=false",
         "--ip-masq=false",
+        *extra_args,
     ]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     env = dict(os.environ, DOCKER_HOST=sock, DOCKER_BUILDKIT="0")
@@ -161,3 +167,93 @@ def torch_wheelhouse(directory: str, spec: str) -> None:
         check=True,
         capture_output=True,
     )
+
+
+class EngineProxy:
+    """A unix socket in front of the engine whose open connections a test can drop.
+
+    What a client sees when the engine restarts or the connection is lost: the
+    requests under way break, new connections work again. Clients reach it at
+    ``host`` (a DOCKER_HOST value); ``seen`` waits for a request, ``cut`` drops
+    the connections whose latest request matches.
+    """
+
+    REQUEST = re.compile(rb"^(?:GET|POST|PUT|DELETE|HEAD) (\S+) HTTP/1", re.M)
+
+    def __init__(self, engine_host: str, directory: str) -> None:
+        self.target = engine_host.removeprefix("unix://")
+        self.path = tempfile.mktemp(prefix="proxy-", suffix=".sock", dir=directory)  # a unix path: keep it short
+        self.host = "unix://" + self.path
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(self.path)
+        self._server.listen(64)
+        self._changed = threading.Condition()
+        self._latest: dict[socket.socket, str] = {}  # client connection -> the last request path on it
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.target)
+            with self._changed:
+                self._pairs.append((client, upstream))
+            pair = (client, upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, pair, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, pair, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: tuple, requests: bool) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if requests:
+                paths = [m.decode() for m in self.REQUEST.findall(data)]
+                if paths:
+                    with self._changed:
+                        self._latest[src] = paths[-1]
+                        self._changed.notify_all()
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        self._drop(pair)
+
+    def _drop(self, pair: tuple) -> None:
+        """Close both ends of one proxied connection (the pump on the other side then ends too)."""
+        with self._changed:
+            if pair in self._pairs:
+                self._pairs.remove(pair)
+            self._latest.pop(pair[0], None)
+        for s in pair:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def seen(self, pattern: str, timeout: float = 60) -> bool:
+        """Wait until an open connection's latest request path matches ``pattern`` (a regex)."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: any(re.search(pattern, p) for p in self._latest.values()), timeout=timeout
+            )
+
+    def cut(self, pattern: str) -> int:
+        """Drop the connections whose latest request path matches ``pattern``; how many."""
+        with self._changed:
+            doomed = [pair for pair in self._pairs if re.search(pattern, self._latest.get(pair[0], ""))]
+        for pair in doomed:
+            self._drop(pair)
+        return len(doomed)
+
+    def close(self) -> None:
+        self._server.close()
+        with self._changed:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            self._drop(pair)

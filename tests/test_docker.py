@@ -8,8 +8,10 @@ containers of that image. Needs root (dockerd); CI runs as root.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,6 +38,21 @@ def _records(out) -> list[dict]:
 def _readable_dir(path) -> str:
     os.chmod(path, 0o755)  # pytest makes 0700 directories; the container's user is not root
     return str(path)
+
+
+def _owner(path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_uid, st.st_gid
+
+
+def _errors(stderr: str) -> list[str]:
+    return [x for x in stderr.splitlines() if x.startswith("simeval-launch: error:")]
+
+
+def _container_id(stdout_line: str) -> str:
+    m = re.match(r"container (\w+) \(", stdout_line)
+    assert m, stdout_line
+    return m.group(1)
 
 
 # -- without an engine ----------------------------------------------------------------------------
@@ -71,6 +88,71 @@ def test_a_device_outside_the_requested_gpus_is_refused(tmp_path):
     cfg = LaunchConfig(launcher="docker", image="img", gpus="3", device="cuda:1").validate()
     with pytest.raises(ConfigError, match="sees only the 1 GPU"):
         plan(cfg, [], None, cwd=str(tmp_path))
+
+
+class _LogStream:
+    """The container object as _stream uses it: its log yields a line, then ``error``.
+
+    ``states`` are what successive reload() calls find (the last one stays; None: removed).
+    """
+
+    short_id = "c0ffee123456"
+
+    def __init__(self, error: Exception, states: list[str | None]) -> None:
+        self.error, self.states, self.status = error, list(states), None
+
+    def logs(self, **kwargs):
+        yield b"a line\n"
+        raise self.error
+
+    def reload(self) -> None:
+        import docker
+
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        if state is None:
+            raise docker.errors.NotFound("No such container: c0ffee123456")
+        self.status = state
+
+
+class _GoneTerminal(io.BytesIO):
+    def write(self, data) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_only_the_end_of_a_log_stream_is_silent_every_other_failure_is_one_line(monkeypatch, capsys):
+    import docker
+    import requests
+    import urllib3
+
+    from simeval.launch import container_engine as launcher
+
+    monkeypatch.setattr(launcher, "STREAM_END_GRACE_S", 0.5, raising=False)
+    broken = urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(0 bytes read)")
+    ends = [  # the engine closing the stream because the container exited or was removed
+        (broken, ["exited"]),
+        (requests.exceptions.ChunkedEncodingError("Response ended prematurely"), [None]),
+        (requests.exceptions.ConnectionError("Connection aborted."), ["running", "running", "exited"]),  # state lags
+        (docker.errors.NotFound("No such container: c0ffee123456"), ["running"]),
+    ]
+    for error, states in ends:
+        sink = io.BytesIO()
+        launcher._stream(_LogStream(error, states), True, sink)
+        assert sink.getvalue() == b"a line\n"
+        assert capsys.readouterr().err == "", error
+    failures = [  # anything else is reported, not lost
+        (broken, ["running"], "ProtocolError: Connection broken"),  # dropped while the container runs on
+        (requests.exceptions.ConnectionError("Connection refused"), ["running"], "Connection refused"),
+        (docker.errors.APIError("500 Server Error", explanation="log file is corrupted"), ["exited"], "corrupted"),
+        (ValueError("bad frame header"), ["exited"], "ValueError: bad frame header"),
+    ]
+    for error, states, cause in failures:
+        launcher._stream(_LogStream(error, states), False, io.BytesIO())
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("simeval-launch: warning:") and "stderr log of container c0ffee123456" in line, line
+        assert cause in line, line
+    launcher._stream(_LogStream(docker.errors.NotFound("gone"), [None]), True, _GoneTerminal())  # the sink broke
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "stdout log of container c0ffee123456 (BrokenPipeError: " in line, line
 
 
 def test_container_flags_need_the_docker_launcher():
@@ -250,3 +332,127 @@ def test_gpus_1_asks_the_engine_for_host_gpu_1_only(engine, image, checkpoints, 
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("simeval-launch: error:")]
     assert "could not start the container" in line and "NVIDIA Container Toolkit" in line
     assert _containers(engine) == []
+
+
+def test_as_root_only_the_directories_made_for_out_go_to_the_container_user(engine, image, checkpoints, tmp_path):
+    shared = tmp_path / "shared"  # a directory of the host's, with the host's files in it
+    shared.mkdir(mode=0o755)
+    (shared / "notes.txt").write_text("not simeval's\n")
+    out = shared / "exp1" / "eval" / "out"  # exp1/eval/out: made by this launch
+    args = ("--launcher", "docker", "--image", image, "--network", "none", "--out", str(out), *SMALL)
+    proc = cli(*args, "--checkpoint", checkpoints[0], env=engine)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["step"] for r in _records(out)] == [1000]
+    for made in (shared / "exp1", shared / "exp1" / "eval", out):
+        assert _owner(made) == (1000, 1000), made
+    assert _owner(shared) == (0, 0) and _owner(shared / "notes.txt") == (0, 0)
+    # an --out that exists and the container's user can write is used as it is: nothing in it changes hands
+    (out / "mine").mkdir()
+    (out / "mine" / "data.bin").write_bytes(b"\0" * 16)
+    proc = cli(*args, "--checkpoint", checkpoints[1], env=engine)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["step"] for r in _records(out)] == [1000, 2000]
+    assert _owner(out / "mine") == (0, 0) and _owner(out / "mine" / "data.bin") == (0, 0)
+    assert _containers(engine) == []
+
+
+def test_as_root_an_out_the_container_user_cannot_write_is_refused_in_one_line(engine, image, checkpoints, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)  # root's
+    (out / "big").mkdir()
+    container = ("--launcher", "docker", "--image", image, "--network", "none")
+    args = (*container, "--checkpoint", checkpoints[0], *SMALL)
+    proc = cli(*args, "--out", str(out), env=engine)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{out} (owner 0:0, mode 755) is not writable by the container's user 1000:1000" in line, line
+    assert f"chown 1000:1000 {out}, or run the launcher as that non-root user." in line, line
+    assert _owner(out) == (0, 0) and _owner(out / "big") == (0, 0)  # nothing handed over
+    # the directory is the container user's, a results.jsonl in it is not
+    os.chown(out, 1000, 1000)
+    (out / "results.jsonl").write_text("")
+    os.chmod(out / "results.jsonl", 0o644)
+    proc = cli(*args, "--out", str(out), env=engine)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    results = out / "results.jsonl"
+    assert f"{results} (owner 0:0, mode 644) is not writable by the container's user 1000:1000" in line, line
+    assert f"chown 1000:1000 {results}," in line, line
+    assert _owner(results) == (0, 0) and _records(out) == []
+    # a read-only mount the container's user cannot read is refused as before; the --out it made stays usable
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    fresh = tmp_path / "fresh"
+    proc = cli(*container, "--watch", str(private), "--out", str(fresh), env=engine)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{private} is not readable by the container's user 1000:1000" in line, line
+    assert _owner(fresh) == (1000, 1000)
+    assert _containers(engine) == []
+
+
+def test_losing_the_engine_while_waiting_is_one_line_and_the_container_is_removed(engine, image, tmp_path):
+    from docker_engine import EngineProxy
+
+    (tmp_path / "watch").mkdir()
+    watch = _readable_dir(tmp_path / "watch")  # empty: the launcher inside waits for checkpoints
+    proxy = EngineProxy(engine["DOCKER_HOST"], engine["SIMEVAL_DOCKER_BASE"])
+    proc = popen_cli(
+        "--launcher", "docker", "--image", image, "--network", "none", "--watch", watch,
+        "--out", str(tmp_path / "out"), "--poll-interval", "0.5", env={**engine, "DOCKER_HOST": proxy.host},
+    )  # fmt: skip
+    try:
+        started = proc.stdout.readline()
+        assert proxy.seen(r"/containers/\w+/wait"), "the launcher never waited for its container"
+        assert proxy.cut(r"/containers/\w+/wait") == 1  # the engine restarts, as the launcher sees it
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proxy.close()
+    assert proc.returncode == 2, stderr[-3000:]
+    (line,) = _errors(stderr)
+    assert re.search(
+        rf"the launcher lost contact with the Docker engine while waiting for container {_container_id(started)} "
+        r"\(\w+: .+\)\.$",
+        line,
+    ), line
+    assert _containers(engine) == [], "the container was not removed"
+
+
+# -- an engine whose log driver keeps nothing to read back ------------------------------------------
+ECHO_IMAGE = "simeval-echo:test"
+
+
+@pytest.fixture(scope="module")
+def engine_without_logs(tmp_path_factory):
+    """dockerd --log-driver=none (hosts that keep no container logs): the engine cannot stream any."""
+    from docker_engine import DOCKER, docker_engine, import_base_image
+
+    with started_or_skip(lambda: docker_engine("--log-driver=none"), "a Docker engine without logs") as env:
+        full = {**os.environ, **env}
+        context = tmp_path_factory.mktemp("echo-image")
+        (context / "Dockerfile").write_text(
+            f"FROM {import_base_image(full)}\n"
+            "USER 1000:1000\n"
+            'ENTRYPOINT ["sh", "-c", "echo evaluated; echo warned >&2; exit 3", "launcher"]\n'
+        )
+        subprocess.run([DOCKER, "build", "-t", ECHO_IMAGE, str(context)], env=full, check=True, capture_output=True)
+        yield env
+
+
+def test_a_log_the_engine_cannot_stream_is_reported_not_lost(engine_without_logs, tmp_path):
+    (tmp_path / "watch").mkdir()
+    watch = _readable_dir(tmp_path / "watch")
+    proc = cli(
+        "--launcher", "docker", "--image", ECHO_IMAGE, "--network", "none", "--watch", watch,
+        "--out", str(tmp_path / "out"), env=engine_without_logs,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-3000:]  # the container's own exit code
+    short_id = _container_id(proc.stdout.splitlines()[0])
+    warnings = [x for x in proc.stderr.splitlines() if x.startswith("simeval-launch: warning:")]
+    assert len(warnings) == 2, proc.stderr
+    for which, line in zip(("stdout", "stderr"), sorted(warnings, key=lambda x: "stderr log" in x), strict=True):
+        assert f"{which} log of container {short_id} (APIError: " in line, line
+        assert "configured logging driver does not support reading" in line, line
+    assert _containers(engine_without_logs) == []

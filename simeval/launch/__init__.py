@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         parsed = parse(argv)
         cfg = parsed.cfg
         if cfg.launcher == "docker":
-            from simeval.launch import container
+            from simeval.launch import container, container_engine
 
-            return container.run(container.plan(cfg, argv, parsed.config_path))
+            return container_engine.run(container.plan(cfg, argv, parsed.config_path))
         if cfg.source is None:
             if parsed.config_path:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")

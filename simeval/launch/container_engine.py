@@ -1,0 +1,311 @@
+"""``--launcher docker``, the engine side: start the planned container, stream its logs, stop and remove it.
+
+Talks to the Docker engine through the Docker SDK for Python. Who the
+container runs as: a non-root caller's own uid:gid; as root, the image's
+non-root user, to whom simeval hands only the directories it creates for
+``--out`` (an ``--out`` that already exists must be writable by that user: one
+line says what to chown). SIGTERM or Ctrl-C sends SIGTERM to the container; a
+second signal, or ``STOP_GRACE_S``, kills it. The container is always removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from simeval.launch.config import ConfigError
+from simeval.launch.container import ContainerSpec
+
+STOP_GRACE_S = 60  # SIGTERM first; SIGKILL only if the launcher inside has not exited by then
+STREAM_END_GRACE_S = 2.0  # a log stream that broke is the container's end only if it stops within this
+STOPPED = ("exited", "dead", "removing")
+
+
+def _client():
+    try:
+        import docker
+    except ImportError:
+        raise ConfigError("--launcher docker needs the Docker SDK for Python: pip install 'simeval[docker]'.") from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "the default socket")
+        raise ConfigError(
+            f"cannot reach the Docker engine at {where} ({_first_line(exc)}); start dockerd or set DOCKER_HOST."
+        ) from None
+    return client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _numeric_ids(client, image: str, user: str) -> tuple[int, int]:
+    """uid, gid of ``user`` in ``image`` (asks the image when the user is a name)."""
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", user)
+    if m:
+        return int(m.group(1)), int(m.group(2) or m.group(1))
+    ids = client.containers.run(
+        image, entrypoint=["sh", "-c"], command=["id -u; id -g"], user=user, network_mode="none", remove=True
+    )
+    uid, gid = ids.decode().split()
+    return int(uid), int(gid)
+
+
+def _permits(path: str, uid: int, gid: int, need: int) -> bool:
+    """Whether ``uid:gid`` (no supplementary groups) has the ``need`` bits (rwx as 0o7) on ``path``."""
+    st = os.stat(path)
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    return (st.st_mode >> shift) & need == need
+
+
+def _readable_by(path: str, uid: int, gid: int) -> bool:
+    return _permits(path, uid, gid, 0o5 if os.path.isdir(path) else 0o4)
+
+
+def _make_dirs(path: str) -> list[str]:
+    """Create ``path`` and its missing parents; the directories this call created, outermost first."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            continue  # made in the meantime by someone else: not ours
+        created.append(directory)
+    return created
+
+
+def _make_mount_dirs(spec: ContainerSpec) -> list[str]:
+    """Create the mounted paths that are missing; the directories created for ``--out``.
+
+    ``--out`` first, so the parents it needed count as its own; then e.g. a
+    ``--watch`` directory training has not created yet.
+    """
+    created = _make_dirs(spec.out)
+    for path in spec.volumes:
+        _make_dirs(path)
+    return created
+
+
+def _user_for(client, spec: ContainerSpec, created: list[str] | tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+    """Who the container runs as (never root), and environment that goes with it.
+
+    A non-root caller's own uid:gid, so results belong to them; as root, the
+    image's non-root user. Then only the directories ``created`` for ``--out``
+    by this launch are handed to that user: an existing ``--out`` (and its
+    ``results.jsonl``) must be writable by that user already, it is never
+    chowned (it may be big or shared).
+    """
+    image_user = client.images.get(spec.image).attrs["Config"].get("User") or ""
+    if os.geteuid() != 0:
+        user = f"{os.getuid()}:{os.getgid()}"
+        return user, ({} if user == image_user else {"HOME": "/tmp"})
+    if image_user.split(":")[0] in ("", "root", "0"):
+        image_user = "1000:1000"
+    uid, gid = _numeric_ids(client, spec.image, image_user)
+    for directory in created:  # first: a refused launch must not leave a --out the next one cannot use
+        os.chown(directory, uid, gid)
+    for path, mount in spec.volumes.items():
+        if mount["mode"] == "ro" and not _readable_by(path, uid, gid):
+            raise ConfigError(
+                f"{path} is not readable by the container's user {uid}:{gid} (mode {os.stat(path).st_mode & 0o777:o}): "
+                "make it readable (chmod o+rX) or run the launcher as a non-root user, whom the container then runs as."
+            )
+    results = os.path.join(spec.out, "results.jsonl")
+    unwritable = [
+        path
+        for path, need in ((spec.out, 0o3), (results, 0o6))  # a directory: write + search; results: read + write
+        if os.path.exists(path) and not _permits(path, uid, gid, need)
+    ]
+    if unwritable:
+        owners = ", ".join(f"{p} (owner {_owner(p)}, mode {os.stat(p).st_mode & 0o777:o})" for p in unwritable)
+        paths = " ".join(shlex.quote(p) for p in unwritable)
+        raise ConfigError(
+            f"{owners} {'is' if len(unwritable) == 1 else 'are'} not writable by the container's user {uid}:{gid}: "
+            f"chown {uid}:{gid} {paths}, or run the launcher as that non-root user."
+        )
+    return image_user, {}
+
+
+def _owner(path: str) -> str:
+    st = os.stat(path)
+    return f"{st.st_uid}:{st.st_gid}"
+
+
+_WARN_LOCK = threading.Lock()  # both log streams may fail at once: one whole line each
+
+
+def _warn(message: str) -> None:
+    with _WARN_LOCK:
+        try:
+            sys.stderr.write(f"simeval-launch: warning: {message}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # stderr itself is gone: nowhere left to say it
+
+
+def _stopped(container) -> bool:
+    """Whether the container has exited or is gone, waiting up to STREAM_END_GRACE_S for it to get there."""
+    import docker
+
+    deadline = time.monotonic() + STREAM_END_GRACE_S
+    while True:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return True
+        except Exception:  # noqa: BLE001 - the engine cannot say: not known to have stopped
+            return False
+        if container.status in STOPPED:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def _end_of_stream(container, exc: BaseException) -> bool:
+    """Whether ``exc`` is only the engine ending a log stream because the container exited or was removed."""
+    import docker
+    import requests
+    import urllib3
+
+    if isinstance(exc, docker.errors.NotFound):
+        return True  # removed: its logs are over
+    broken = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
+    return isinstance(exc, (*broken, urllib3.exceptions.ProtocolError)) and _stopped(container)
+
+
+def _stream(container, stdout: bool, sink) -> None:
+    """Copy the container's stdout (or stderr) log to ``sink`` until the engine ends it.
+
+    The engine ends the stream when the container exits; that end may also come
+    as a broken connection or a removed container, and then the copy stops
+    silently. Any other failure is one line on stderr, never lost.
+    """
+    try:
+        for chunk in container.logs(stream=True, follow=True, stdout=stdout, stderr=not stdout):
+            sink.write(chunk)
+            sink.flush()
+    except Exception as exc:  # noqa: BLE001 - reported below unless it is the stream's end
+        if not _end_of_stream(container, exc):
+            _warn(
+                f"stopped copying the {'stdout' if stdout else 'stderr'} log of container {container.short_id} "
+                f"({type(exc).__name__}: {_first_line(exc)}); its output from here on is not shown."
+            )
+
+
+def _signal(container, name: str) -> None:
+    import docker
+
+    try:
+        container.kill(signal=name)
+    except docker.errors.APIError:
+        pass  # it exited in the meantime
+
+
+def run(spec: ContainerSpec) -> int:
+    """Start the container, stream its logs, stop it on SIGTERM/SIGINT, remove it; its exit code."""
+    client = _client()
+    import docker
+
+    try:
+        client.images.get(spec.image)
+    except docker.errors.ImageNotFound:
+        raise ConfigError(
+            f"image {spec.image!r} is not on this Docker engine: build it "
+            f"(docker build -f containers/Dockerfile -t {spec.image} .) or docker pull it."
+        ) from None
+    user, extra_env = _user_for(client, spec, _make_mount_dirs(spec))
+    kwargs = spec.create_kwargs(user)
+    kwargs["environment"] = {**kwargs["environment"], **extra_env}
+    signals: list[int] = []
+    try:
+        container = client.containers.create(**kwargs)
+    except docker.errors.APIError as exc:
+        raise ConfigError(f"the Docker engine refused the container ({_first_line(exc)}).") from None
+    previous = {s: signal.signal(s, lambda signum, _: signals.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        print(f"container {container.short_id} ({spec.image}) as {user}: results in {spec.out}", flush=True)
+        streams = [
+            threading.Thread(target=_stream, args=(container, True, sys.stdout.buffer), daemon=True),
+            threading.Thread(target=_stream, args=(container, False, sys.stderr.buffer), daemon=True),
+        ]
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            hint = (
+                "install the NVIDIA Container Toolkit on this host, or leave out --gpus"
+                if spec.device_requests
+                else "check the image and the engine's log"
+            )
+            reason = _first_line(exc)
+            raise ConfigError(f"the Docker engine could not start the container ({reason}); {hint}.") from None
+        for t in streams:
+            t.start()
+        status: dict[str, Any] = {}
+        lost: list[Exception] = []
+
+        def wait() -> None:
+            try:
+                status.update(container.wait())
+            except Exception as exc:  # noqa: BLE001 - raised by run() in the main thread
+                lost.append(exc)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        term_sent, killed = None, False
+        while waiter.is_alive():
+            waiter.join(0.5)
+            if signals and term_sent is None:
+                term_sent = time.monotonic()
+                print(
+                    f"stopping container {container.short_id} (SIGTERM; a second signal or {STOP_GRACE_S} s kills it).",
+                    flush=True,
+                )
+                _signal(container, "SIGTERM")
+            elif term_sent is not None and not killed:
+                if len(signals) > 1 or time.monotonic() - term_sent > STOP_GRACE_S:
+                    killed = True
+                    _signal(container, "SIGKILL")
+        if lost:
+            raise ConfigError(
+                f"the launcher lost contact with the Docker engine while waiting for container {container.short_id} "
+                f"({type(lost[0]).__name__}: {_first_line(lost[0])})."
+            )
+        for t in streams:
+            t.join(5)
+        return int(status.get("StatusCode", 1))
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _remove(container)
+
+
+def _remove(container) -> None:
+    import docker
+    import requests
+
+    try:
+        container.remove(force=True)
+    except docker.errors.APIError:
+        pass  # gone already, or its removal is under way
+    except requests.exceptions.RequestException as exc:
+        _warn(
+            f"could not remove container {container.short_id} ({_first_line(exc)}); "
+            f"remove it with: docker rm -f {container.id}"
+        )
