@@ -27,18 +27,21 @@ set -uo pipefail
 # The batch script runs from a spool copy: work from where sbatch was called.
 cd "${SIMEVAL_HOME:-${SLURM_SUBMIT_DIR:-.}}" || exit 2
 
-echo "simeval job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) on $(hostname):" \
-     "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-<unset>}"
-
-args=("$@")
-# Evaluate on the GPU Slurm gave this job (it appears as cuda:0), when there is a driver.
-if [[ " ${args[*]} " != *" --device "* ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    args+=(--device cuda:0)
+# Evaluate on the GPU Slurm gave this job (it appears as cuda:0) when there is a driver, as a
+# default only: the launcher uses SIMEVAL_DEFAULT_DEVICE when neither a flag (--device X,
+# --device=X) nor the --config profile names a device. One already set is kept.
+if [[ -z "${SIMEVAL_DEFAULT_DEVICE:-}" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    export SIMEVAL_DEFAULT_DEVICE=cuda:0
 fi
+
+echo "simeval job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) on $(hostname):" \
+     "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-<unset>}" \
+     "SIMEVAL_DEFAULT_DEVICE=${SIMEVAL_DEFAULT_DEVICE:-<unset>}"
 
 if [[ -n "${SIMEVAL_IMAGE:-}" ]]; then
     if [[ "${SIMEVAL_IMAGE}" == *.sif || "${SIMEVAL_IMAGE}" == *.simg ]]; then
-        # Apptainer/Singularity: --nv binds the NVIDIA driver and its EGL libraries.
+        # Apptainer/Singularity: --nv binds the NVIDIA driver and its EGL libraries. The job's
+        # environment (SIMEVAL_DEFAULT_DEVICE too) passes into the container in both cases.
         cmd=(apptainer exec --nv --bind "$PWD" --pwd "$PWD" "${SIMEVAL_IMAGE}" python -m simeval.launch)
     else
         # pyxis/enroot: an image reference or a .sqsh file.
@@ -52,4 +55,4 @@ else
 fi
 
 source slurm/lib.sh
-run_and_requeue_on_term "${cmd[@]}" "${args[@]}"
+run_and_requeue_on_term "${cmd[@]}" "$@"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the sbatch scripts: run the launcher, forward SIGTERM to it, requeue after a signal.
 #
 # Slurm signals only the batch shell (--signal=B:TERM@120, preemption). The launcher

@@ -6,9 +6,12 @@
 # Ray's documented Slurm recipe: one `ray start --head --block` on the first node,
 # one `ray start --address=HEAD --block` per other node (each an srun step), with
 # explicit CPU and GPU counts and ports, then the driver in the batch step. The
-# cluster stops when the driver ends (the srun steps are killed by PID; never
-# `ray stop`, which kills every Ray process on a shared node). Ports default to a
-# range derived from the job id so several jobs can share a node.
+# workers and the driver start once the head answers (`ray health-check`); a head
+# that exits, or does not answer within SIMEVAL_RAY_HEAD_TIMEOUT seconds (default
+# 120), fails the job with one line on stderr. The cluster stops when the driver
+# ends (the srun steps are killed by PID; never `ray stop`, which kills every Ray
+# process on a shared node). Ports default to a range derived from the job id so
+# several jobs can share a node.
 #
 #SBATCH --job-name=simeval-ray
 #SBATCH --nodes=1
@@ -25,6 +28,15 @@
 
 set -uo pipefail
 cd "${SIMEVAL_HOME:-${SLURM_SUBMIT_DIR:-.}}" || exit 2
+
+# The srun steps of the Ray cluster, stopped by PID when the script exits.
+steps=()
+cleanup() { for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+# Stop the cluster, then fail the job with one line, the last of its .err file.
+fail() { trap - EXIT; cleanup; echo "simeval ray job ${SLURM_JOB_ID:-?}: $*" >&2; exit 1; }
+head_timeout="${SIMEVAL_RAY_HEAD_TIMEOUT:-120}"
+[[ "$head_timeout" =~ ^[0-9]+$ ]] || fail "SIMEVAL_RAY_HEAD_TIMEOUT must be whole seconds, got '${head_timeout}'."
 
 python="${SIMEVAL_PYTHON:-.venv/bin/python}"
 [[ -x "$python" ]] || python=python3
@@ -50,22 +62,40 @@ export RAY_AUTH_TOKEN="${RAY_AUTH_TOKEN:-$("$python" -c 'import secrets; print(s
 echo "simeval ray job ${SLURM_JOB_ID:-?}: head ${head_node} (${head_ip}:${port}), ${#nodes[@]} node(s)," \
      "${cpus} CPUs and ${gpus} GPUs per node, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-<unset>}"
 
-steps=()
 srun --overlap --nodes=1 --ntasks=1 -w "$head_node" \
     "$ray_bin" start --head --block --node-ip-address="$head_ip" --port="$port" "${ports[@]}" \
     --num-cpus="$cpus" --num-gpus="$gpus" --include-dashboard=false --disable-usage-stats \
     --temp-dir="$temp_dir" &
-steps+=($!)
-sleep "${SIMEVAL_RAY_HEAD_WAIT:-5}"
+head_step=$!
+steps+=("$head_step")
+
+# Wait until the head answers (`ray health-check` reaches its GCS with this job's token, so
+# another job's head on the same port does not count), at most SIMEVAL_RAY_HEAD_TIMEOUT
+# seconds; fail at once if the head's srun step has ended. Each probe gives up on an
+# unreachable GCS after a few seconds instead of Ray's 40 s default.
+started=$SECONDS
+deadline=$((started + head_timeout))
+until RAY_py_gcs_connect_timeout_s=2 RAY_gcs_rpc_server_connect_timeout_s=2 \
+        timeout 20 "$ray_bin" health-check --address="${head_ip}:${port}" >/dev/null 2>&1; do
+    if ! kill -0 "$head_step" 2>/dev/null; then
+        wait "$head_step"
+        fail "the Ray head on ${head_node} exited (status $?) before it answered at ${head_ip}:${port};" \
+             "its own messages are in this job's output files."
+    fi
+    if ((SECONDS >= deadline)); then
+        fail "the Ray head on ${head_node} did not answer at ${head_ip}:${port} within ${head_timeout} s" \
+             "(SIMEVAL_RAY_HEAD_TIMEOUT); its own messages are in this job's output files."
+    fi
+    sleep 1
+done
+echo "Ray head answered at ${head_ip}:${port} after $((SECONDS - started)) s."
+
 for node in "${nodes[@]:1}"; do
     srun --overlap --nodes=1 --ntasks=1 -w "$node" \
         "$ray_bin" start --block --address="${head_ip}:${port}" "${ports[@]}" \
         --num-cpus="$cpus" --num-gpus="$gpus" --disable-usage-stats &
     steps+=($!)
 done
-
-cleanup() { for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
 
 source slurm/lib.sh
 export RAY_ADDRESS="${head_ip}:${port}"

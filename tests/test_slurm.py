@@ -1,14 +1,16 @@
-"""slurm/eval.sh against a real Slurm controller and node daemon on 127.0.0.1."""
+"""slurm/eval.sh and slurm/ray-cluster.sh against a real Slurm controller and node daemon on 127.0.0.1."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import sys
 import time
 
 import pytest
-from launch_helpers import REPO, write_checkpoints
+from launch_helpers import REPO, TESTS, write_checkpoints
 from root_services import started_or_skip
 from slurm_cluster import job_state, slurm_cluster, wait_for
 
@@ -21,27 +23,46 @@ def slurm(tmp_path_factory):
         yield {**os.environ, **env}, tmp_path_factory.mktemp("slurm-jobs")
 
 
-def sbatch(slurm, *args: str) -> tuple[str, str]:
-    env, logs = slurm
+def submit(slurm, script: str, *args: str, env: dict | None = None, cpus: int = 1, mem: int = 1000) -> str:
+    """sbatch ``script`` with ``args`` (and ``env`` on top of the cluster's); returns the job id."""
+    base, logs = slurm
     out = subprocess.run(
         [
             "sbatch",
             "--parsable",
-            "--cpus-per-task=1",
-            "--mem=1000",
+            f"--cpus-per-task={cpus}",
+            f"--mem={mem}",
             f"--output={logs}/%j.out",
             f"--error={logs}/%j.err",
-            "slurm/eval.sh",
+            script,
             *args,
         ],
-        env=env,
+        env={**base, **(env or {})},
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     )
-    job = out.stdout.strip().split(";")[0]
-    return job, str(logs)
+    return out.stdout.strip().split(";")[0]
+
+
+def sbatch(slurm, *args: str, env: dict | None = None) -> tuple[str, str]:
+    return submit(slurm, "slurm/eval.sh", *args, env=env), str(slurm[1])
+
+
+def finished(job: str, env: dict, timeout: float) -> dict:
+    """wait_for, but a job still running at the deadline is cancelled (no job outlives the test)."""
+    try:
+        return wait_for(job, env, timeout=timeout)
+    except TimeoutError:
+        subprocess.run(["scancel", job], env=env, check=False)
+        raise
+
+
+def logs_of(slurm, job: str) -> tuple[str, str]:
+    """The job's stdout and stderr files."""
+    logs = slurm[1]
+    return open(f"{logs}/{job}.out").read(), open(f"{logs}/{job}.err").read()
 
 
 def _records(out):
@@ -70,6 +91,59 @@ def test_a_bad_argument_fails_the_job_with_the_message_in_its_err_file(slurm, ch
     assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0"
     err = open(f"{logs}/{job}.err").read()
     assert "simeval-launch: error: --episodes must be >= 1" in err and "Traceback" not in err
+
+
+def report_device(device: str | None = None) -> None:
+    """``--init-fn`` hook of the device tests: print the device the launcher resolved, then end the run.
+
+    The job stops before anything is built on that device, so ``cuda:N`` needs no GPU here.
+    """
+    print(f"launcher device: {device}", flush=True)
+    sys.exit(0)
+
+
+def _fake_nvidia_smi(directory, works: bool) -> str:
+    """A directory holding an ``nvidia-smi`` that answers like a driver with one GPU, or fails."""
+    os.makedirs(directory)
+    script = os.path.join(directory, "nvidia-smi")
+    with open(script, "w") as f:
+        if works:
+            f.write('#!/bin/sh\necho "GPU 0: Stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)"\n')
+        else:
+            f.write('#!/bin/sh\necho "NVIDIA-SMI has failed: no driver" >&2\nexit 9\n')
+    os.chmod(script, 0o755)
+    return directory
+
+
+def test_eval_job_defaults_to_its_gpu_and_keeps_a_device_from_a_flag_or_the_profile(slurm, checkpoints, tmp_path):
+    """What device the launcher resolved in the job, through sbatch, for each way of naming one."""
+    gpu = _fake_nvidia_smi(str(tmp_path / "gpu-bin"), works=True)
+    no_driver = _fake_nvidia_smi(str(tmp_path / "no-driver-bin"), works=False)
+    profile = tmp_path / "cpu-profile.yaml"
+    profile.write_text("device: cpu\n")
+    hook = ("--init-fn", "test_slurm:report_device", "--checkpoint", checkpoints[0])
+
+    def env(smi_dir: str, **extra: str) -> dict:
+        path = f"{smi_dir}{os.pathsep}{os.environ['PATH']}"
+        return {"PATH": path, "PYTHONPATH": os.pathsep.join([REPO, TESTS]), "SIMEVAL_DEFAULT_DEVICE": "", **extra}
+
+    cases = {  # expected device -> (arguments, environment)
+        "cuda:0": (hook, env(gpu)),  # no device named: the GPU Slurm gave the job
+        "cuda:1": ((*hook, "--device=cuda:1"), env(gpu)),
+        "cpu": (("--config", str(profile), *hook), env(gpu)),
+        "cuda:2": (("--config", str(profile), *hook, "--device", "cuda:2"), env(gpu)),  # the flag beats the profile
+        "cuda:3": (hook, env(gpu, SIMEVAL_DEFAULT_DEVICE="cuda:3")),  # a site default already set is kept
+        "None": (hook, env(no_driver)),  # nvidia-smi fails: no GPU default
+    }
+    jobs = {expected: sbatch(slurm, *args, env=extra)[0] for expected, (args, extra) in cases.items()}
+    resolved = {}
+    for expected, job in jobs.items():
+        info = finished(job, slurm[0], timeout=240)
+        stdout, stderr = logs_of(slurm, job)
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", stdout + stderr
+        (line,) = [x for x in stdout.splitlines() if x.startswith("launcher device: ")]
+        resolved[expected] = line.removeprefix("launcher device: ")
+    assert resolved == {expected: expected for expected in cases}
 
 
 def test_preempted_watch_job_requeues_and_resumes_without_loss_or_repeat(slurm, tmp_path):
@@ -112,35 +186,47 @@ def test_preempted_watch_job_requeues_and_resumes_without_loss_or_repeat(slurm, 
     assert len({r["checkpoint_name"] for r in records}) == 3
 
 
+def submit_ray(slurm, *args: str, env: dict | None = None, cpus: int = 2, mem: int = 2000) -> str:
+    env = {"SIMEVAL_RAY_HEAD_IP": "127.0.0.1", **(env or {})}
+    return submit(slurm, "slurm/ray-cluster.sh", *args, env=env, cpus=cpus, mem=mem)
+
+
 def test_ray_cluster_script_starts_ray_on_the_allocation_and_evaluates(slurm, checkpoints, tmp_path):
-    env, logs = slurm
-    out = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            "--cpus-per-task=2",
-            "--mem=2000",
-            f"--output={logs}/%j.out",
-            f"--error={logs}/%j.err",
-            "slurm/ray-cluster.sh",
-            "--num-gpus",
-            "1",
-            "--checkpoint",
-            checkpoints[1],
-            "--out",
-            str(tmp_path),
-            *SMALL,
-        ],
-        env={**env, "SIMEVAL_RAY_HEAD_IP": "127.0.0.1"},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    job = out.stdout.strip().split(";")[0]
-    info = wait_for(job, env, timeout=300)
-    stdout, stderr = open(f"{logs}/{job}.out").read(), open(f"{logs}/{job}.err").read()
+    job = submit_ray(slurm, "--num-gpus", "1", "--checkpoint", checkpoints[1], "--out", str(tmp_path), *SMALL)
+    info = wait_for(job, slurm[0], timeout=300)
+    stdout, stderr = logs_of(slurm, job)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", stdout + stderr[-3000:]
-    assert "1 GPUs per node" in stdout
+    assert "1 GPUs per node" in stdout and "Ray head answered" in stdout
     (record,) = _records(tmp_path)
     assert record["backend"] == "ray" and record["step"] == 2000
+
+
+@pytest.mark.parametrize("failure", ["head exits", "head never answers"])
+def test_ray_cluster_job_fails_at_once_with_one_line_when_the_head_does_not_come_up(
+    slurm, checkpoints, tmp_path, failure
+):
+    env = {"SIMEVAL_RAY_HEAD_TIMEOUT": "10"}
+    with socket.socket() as taken:
+        if failure == "head exits":
+            # A temp dir Ray cannot create (under a regular file): `ray start --head` fails within a second.
+            (tmp_path / "a-file").write_text("")
+            env["SIMEVAL_RAY_TMPDIR"] = str(tmp_path / "a-file" / "ray")
+            expected = "exited (status 1) before it answered"
+        else:
+            # Something else listens on the head's port: the GCS cannot start and `ray start` would wait
+            # 40 s for it; the job gives up after SIMEVAL_RAY_HEAD_TIMEOUT.
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            env["SIMEVAL_RAY_BASE_PORT"] = str(port)
+            expected = f"did not answer at 127.0.0.1:{port} within 10 s (SIMEVAL_RAY_HEAD_TIMEOUT)"
+        start = time.monotonic()
+        job = submit_ray(slurm, "--checkpoint", checkpoints[1], "--out", str(tmp_path / "out"), env=env, cpus=1)
+        info = finished(job, slurm[0], timeout=120)
+        took = time.monotonic() - start
+    stdout, stderr = logs_of(slurm, job)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "1:0", stdout + stderr[-3000:]
+    (line,) = [x for x in stderr.splitlines() if x.startswith(f"simeval ray job {job}:")]
+    assert expected in line and stderr.splitlines()[-1] == line, stderr[-3000:]
+    assert "results:" not in stdout and not _records(tmp_path / "out")  # the launcher never started
+    assert took < 60, f"the job took {took:.0f} s to fail"
