@@ -142,7 +142,8 @@ class StoppablePolicy(TensorDictModuleBase):
 
 
 def _flat_env(t: torch.Tensor, env_ndim: int) -> torch.Tensor:
-    """[*env_batch, T, (1)] -> [E, T]."""
+    """[*env_batch, T, (1)] -> [E, T], on the CPU (a GPU env's rewards and flags are small; the tally is CPU work)."""
+    t = t.cpu()
     if t.ndim > env_ndim + 1:
         t = t.squeeze(-1)
     if env_ndim == 0:

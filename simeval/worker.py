@@ -25,14 +25,9 @@ from torch import nn
 from simeval import metrics, vecnorm
 from simeval.frames import FrameBuffer, can_render
 from simeval.rollout import StoppablePolicy, run_round
+from simeval.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
 from simeval.settings import EvalSettings, RoundOverrides
 from simeval.weights import load_weights, resolve_model
-
-
-def _exploration(name: str):
-    from torchrl.envs.utils import ExplorationType
-
-    return ExplorationType[name] if isinstance(name, str) else name
 
 
 def _collector_cls(cls_or_name):
@@ -48,12 +43,6 @@ def _collector_cls(cls_or_name):
         except AttributeError:
             raise ValueError(f"unknown collector_cls {cls_or_name!r} in torchrl.collectors.") from None
     return cls_or_name
-
-
-def _step_counters(env):
-    from torchrl.envs.transforms import StepCounter
-
-    return [t for t in vecnorm.iter_transforms(env) if isinstance(t, StepCounter)]
 
 
 def _episode_return_key(env, reward_key: tuple) -> tuple | None:
@@ -79,41 +68,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@contextlib.contextmanager
-def _eval_mode(policy) -> Any:
-    was_training = policy.training if isinstance(policy, nn.Module) else None
-    if was_training:
-        policy.eval()
-    try:
-        yield
-    finally:
-        if was_training:
-            policy.train()
+def _move_policy(policy: nn.Module, device: torch.device) -> None:
+    """Move a policy to ``device``, with the tensors in its distributions' keyword arguments.
 
-
-@contextlib.contextmanager
-def _max_steps_for_round(env, max_steps: int | None):
-    """Honour ``max_steps`` with the env's step counters (their caps restored afterwards)."""
-    counters = _step_counters(env) if max_steps is not None else []
-    before = [c.max_steps for c in counters]
-    for c in counters:
-        c.max_steps = max_steps if c.max_steps is None else min(c.max_steps, max_steps)
-    try:
-        yield
-    finally:
-        for c, b in zip(counters, before, strict=True):
-            c.max_steps = b
-
-
-@contextlib.contextmanager
-def _exploration_for_round(collector, name: str | None):
-    before = collector.exploration_type
-    if name is not None:
-        collector.exploration_type = _exploration(name)
-    try:
-        yield
-    finally:
-        collector.exploration_type = before
+    ``.to()`` moves parameters and buffers only: a ProbabilisticActor built from
+    a CPU env's action spec keeps its TanhNormal ``low``/``high`` on the CPU,
+    which fails as soon as the policy runs on a GPU.
+    """
+    policy.to(device)
+    for module in policy.modules():
+        kwargs = getattr(module, "distribution_kwargs", None)
+        if isinstance(kwargs, dict):
+            for key, value in kwargs.items():
+                if isinstance(value, torch.Tensor):
+                    kwargs[key] = value.to(device)
 
 
 def batch_steps(max_steps: int | None, num_envs: int, max_frames: int = 1 << 18) -> int:
@@ -167,15 +135,10 @@ class EvalWorker:
             return
         if self.env is None:
             self.env = vecnorm.freeze_owned(self._env_factory())
-        if self.policy is None:
+        owns_policy = self.policy is None
+        if owns_policy:
             self.policy = self._policy_factory(self.env)
-        if self.settings.device is not None:
-            self._device = torch.device(self.settings.device)
-        else:
-            try:
-                self._device = next(self.policy.parameters()).device
-            except (AttributeError, StopIteration):
-                self._device = torch.device("cpu")
+        self._device = self._policy_device(owns_policy)
         if self.owns_process and self._device.type == "cpu":
             # One intra-op thread: small CPU policies run faster, and an eval worker
             # beside training should not take every core from it.
@@ -185,9 +148,28 @@ class EvalWorker:
         rollout_env = self._wrap(self.env)
         # The collector resets the env and probes the policy once: no statistics
         # update and no train-mode call may happen there either.
-        with vecnorm.frozen_for_round(self.env), _eval_mode(self.policy), torch.no_grad():
+        with vecnorm.frozen_for_round(self.env), eval_mode(self.policy), torch.no_grad():
             self._collector = self._make_collector(rollout_env)
         self._rollout_env = self._collector.env
+
+    def _policy_device(self, owns_policy: bool) -> torch.device:
+        """Where the policy runs: ``settings.device`` (a policy this worker built is moved there), else its own."""
+        try:
+            current = next(self.policy.parameters()).device
+        except (AttributeError, StopIteration):
+            current = None
+        if self.settings.device is None:
+            device = current or torch.device("cpu")
+        else:
+            device = torch.device(self.settings.device)
+            if current is not None and current != device and not owns_policy:
+                raise ValueError(
+                    f"device={self.settings.device} but the given policy lives on {current}: pass policy_factory "
+                    "(the evaluator then builds its own policy on that device) or move the policy there."
+                )
+        if owns_policy and isinstance(self.policy, nn.Module):
+            _move_policy(self.policy, device)
+        return device
 
     def _wrap(self, env):
         """The env the rollout steps: ``env`` itself, or a wrapper of this worker's own around it.
@@ -200,7 +182,7 @@ class EvalWorker:
         from torchrl.envs import Compose, StepCounter, TransformedEnv
 
         extra = []
-        if not _step_counters(env):
+        if not step_counters(env):
             extra.append(StepCounter(self.settings.max_steps))
         self._frames = None
         if self.settings.record_frames and can_render(env):
@@ -219,13 +201,18 @@ class EvalWorker:
         if settings.collector_cls is None:
             # The eval env is complete as given: do not let the collector add transforms.
             kwargs.setdefault("auto_register_policy_transforms", False)
+            # A CPU simulator with a GPU policy (or the reverse): the collector moves the data
+            # between them. The policy already lives on its device, so the collector uses it as is.
+            kwargs.setdefault("policy_device", self._device)
+            kwargs.setdefault("env_device", env.device)
+            kwargs.setdefault("trust_policy", True)
         return _collector_cls(settings.collector_cls)(
             create_env_fn=env,
             policy=StoppablePolicy(self.policy, self.stop),
             frames_per_batch=fpb,
             total_frames=-1,
             max_frames_per_traj=None,
-            exploration_type=_exploration(settings.exploration_type),
+            exploration_type=exploration(settings.exploration_type),
             **kwargs,
         )
 
@@ -236,10 +223,12 @@ class EvalWorker:
             return
         self.build()
         roots = {"policy": self.policy, "env": self.env}
+        env_device = self.env.device or torch.device("cpu")
         for model_id, td in weights.items():
             target = resolve_model(roots, model_id)
-            if model_id == "policy" and self._device is not None:
-                td = td.to(self._device)
+            # Training's tensors may live elsewhere (a GPU trainer, a CPU eval env): each goes
+            # where the module it is loaded into lives.
+            td = td.to(env_device if model_id.startswith("env") else self._device)
             load_weights(target, td, model_id)
 
     # -- one round ------------------------------------------------------
@@ -275,9 +264,9 @@ class EvalWorker:
         quota = settings.num_trajectories or self._num_envs  # None: one episode per sub-env
         with (
             vecnorm.frozen_for_round(self.env),
-            _eval_mode(self.policy),
-            _max_steps_for_round(self._rollout_env, max_steps),
-            _exploration_for_round(self._collector, overrides.exploration_type),
+            eval_mode(self.policy),
+            max_steps_for_round(self._rollout_env, max_steps),
+            exploration_for_round(self._collector, overrides.exploration_type),
             torch.inference_mode(),
         ):
             vecnorm.check_stats(self.env)

@@ -279,3 +279,17 @@ def test_two_triggers_at_once_start_exactly_one_round(busy_policy):
             assert ev.wait(0.1) is None  # exactly one round ran
     finally:
         ev.shutdown()
+
+
+def test_a_given_policy_on_another_device_than_device_is_a_clear_error():
+    """A caller's policy is never moved (it may be training's); the evaluator says what to do instead."""
+    from simeval import EvalError
+
+    policy = const_policy().to("meta")
+    ev = Evaluator(count_env(), policy, num_trajectories=1, device="cpu")
+    try:
+        with pytest.raises(EvalError, match="lives on meta: pass policy_factory"):
+            ev.evaluate()
+    finally:
+        ev.shutdown()
+    assert next(policy.parameters()).device.type == "meta"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -54,24 +55,43 @@ class Backend(abc.ABC):
     future receives the raw metrics dict, or an EvalError. A backend never
     leaves a future pending: worker crashes, start-up failures and shutdown
     all complete it, and a request started after shutdown fails at once.
+    Subclasses implement ``_start`` and ``_shutdown``.
     """
 
     name = "?"
+
+    def __init__(self) -> None:
+        self._gate = threading.Lock()
+        self._closed = False
 
     @classmethod
     @abc.abstractmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> Backend:
         """Check that ``recipe`` suits this backend (one-line ValueError otherwise) and build it."""
 
-    @abc.abstractmethod
     def start(
         self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
     ) -> None:
         """Stage ``weights`` ({model_id: nn.Module | TensorDict}) and begin a round."""
+        with self._gate:
+            if self._closed:
+                complete(future, exc=cancelled())
+                return
+            self._start(step, weights, future, overrides)
 
-    @abc.abstractmethod
     def shutdown(self, timeout: float) -> None:
         """Stop any running round within ``timeout`` seconds and free every resource."""
+        with self._gate:
+            self._closed = True
+        self._shutdown(timeout)
+
+    @abc.abstractmethod
+    def _start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def _shutdown(self, timeout: float) -> None: ...
 
 
 def complete(future: Future, result: Any = None, exc: BaseException | None = None) -> bool:

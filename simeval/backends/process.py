@@ -141,12 +141,11 @@ class ProcessBackend(Backend):
     name = "process"
 
     def __init__(self, setup: dict, env: Mapping[str, str] | None = None, start_timeout: float = 120.0) -> None:
+        super().__init__()
         self._setup = setup
         self._env = dict(os.environ if env is None else env)
         self._start_timeout = start_timeout
         self._staging = SharedStaging()
-        self._lock = threading.Lock()
-        self._closed = False
         self._child = self._spawn()  # starts now, overlapping with training set-up
 
     @classmethod
@@ -157,28 +156,22 @@ class ProcessBackend(Backend):
     def _spawn(self) -> _Child:
         return _Child(self._setup, self._env, self._start_timeout)
 
-    def start(
-        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    def _start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
     ) -> None:
-        with self._lock:
-            if self._closed:
-                complete(future, exc=cancelled())
+        child = self._child
+        if not child.usable:
+            child.stop(timeout=1.0)
+            self._child = self._spawn()
+            if child.fatal is not None and not child.fatal_reported:
+                # A start-up failure no request has seen yet: report it (the next request
+                # runs on the fresh child).
+                complete(future, exc=child.fatal)
                 return
             child = self._child
-            if not child.usable:
-                child.stop(timeout=1.0)
-                self._child = self._spawn()
-                if child.fatal is not None and not child.fatal_reported:
-                    # A start-up failure no request has seen yet: report it (the next request
-                    # runs on the fresh child).
-                    complete(future, exc=child.fatal)
-                    return
-                child = self._child
-            described = self._staging.write(weights) if weights else None
-            child.send(("eval", step, described, overrides), future)
+        described = self._staging.write(weights) if weights else None
+        child.send(("eval", step, described, overrides), future)
 
-    def shutdown(self, timeout: float) -> None:
-        with self._lock:
-            self._closed = True
+    def _shutdown(self, timeout: float) -> None:
         self._child.stop(timeout)
         self._staging.close()

@@ -64,6 +64,7 @@ class RayBackend(Backend):
         actor=None,
         kill_on_shutdown: bool | None = None,
     ) -> None:
+        super().__init__()
         self._ray = ensure_ray()
         self._setup = setup  # None for a borrowed actor: it cannot be recreated
         self._num_gpus = num_gpus
@@ -137,12 +138,9 @@ class RayBackend(Backend):
             except Exception:  # noqa: BLE001 - already gone
                 pass
 
-    def start(
-        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    def _start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
     ) -> None:
-        if self._closing:
-            complete(future, exc=cancelled())
-            return
         try:
             actor = self._current_actor()
         except EvalError as exc:
@@ -216,7 +214,7 @@ class RayBackend(Backend):
             if actor is self._actor:
                 self._ready = True
 
-    def shutdown(self, timeout: float) -> None:
+    def _shutdown(self, timeout: float) -> None:
         self._closing = True
         deadline = time.monotonic() + timeout
         with self._lock:

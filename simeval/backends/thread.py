@@ -25,12 +25,11 @@ class ThreadBackend(Backend):
     name = "thread"
 
     def __init__(self, worker: EvalWorker) -> None:
+        super().__init__()
         self._worker = worker
         self._staging = LocalStaging()
         self._requests: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._closed = False
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
@@ -45,18 +44,14 @@ class ThreadBackend(Backend):
             return cls(EvalWorker(recipe.settings, env=env, policy=policy))
         return cls(EvalWorker(recipe.settings, env_factory=env, policy_factory=recipe.policy_factory))
 
-    def start(
-        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
+    def _start(
+        self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
     ) -> None:
-        with self._lock:
-            if self._closed:
-                complete(future, exc=cancelled())
-                return
-            staged = self._staging.write(weights) if weights else None
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="simeval-thread-worker", daemon=True)
-                self._thread.start()
-            self._requests.put((step, staged, future, overrides))
+        staged = self._staging.write(weights) if weights else None
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="simeval-thread-worker", daemon=True)
+            self._thread.start()
+        self._requests.put((step, staged, future, overrides))
 
     def _loop(self) -> None:
         try:
@@ -76,10 +71,8 @@ class ThreadBackend(Backend):
         finally:
             self._worker.close()
 
-    def shutdown(self, timeout: float) -> None:
-        with self._lock:
-            self._closed = True
-            thread = self._thread
+    def _shutdown(self, timeout: float) -> None:
+        thread = self._thread  # start() cannot run any more: the gate is closed
         self._worker.stop.set()
         if thread is None:
             self._worker.close()
