@@ -352,9 +352,12 @@ def test_launch_cli_evaluates_256_native_envs_with_the_gymnasium_backends_number
 
     from launch_helpers import cli
 
+    from simeval.launch import shipped_checkpoint
+
     records = {}
     for backend in ("default", "gymnasium"):
-        args = ["--env", "HalfCheetah-v5", "--num-envs", "256", "--episodes", "256", "--max-steps", "40"]
+        args = ["--env", "HalfCheetah-v5", "--checkpoint", shipped_checkpoint()]
+        args += ["--num-envs", "256", "--episodes", "256", "--max-steps", "40"]
         args += ["--out", str(tmp_path / backend)] + (["--env-backend", backend] if backend != "default" else [])
         proc = cli(*args)
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from simeval.envs.make import MUJOCO_TASKS, NATIVE_TASKS, OBS_NORM_ID, env_backend, make_env
+from simeval.envs.make import ENV_BACKENDS, MUJOCO_TASKS, NATIVE_TASKS, OBS_NORM_ID, env_backend, make_env
 
-__all__ = ["MUJOCO_TASKS", "NATIVE_TASKS", "OBS_NORM_ID", "env_backend", "make_env"]
+__all__ = ["ENV_BACKENDS", "MUJOCO_TASKS", "NATIVE_TASKS", "OBS_NORM_ID", "env_backend", "make_env"]

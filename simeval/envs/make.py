@@ -33,12 +33,12 @@ NATIVE_TASKS = (
 )
 # gymnasium's MuJoCo v5 tasks named in error messages; the last two run on the gymnasium backend only.
 MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
-BACKENDS = ("native", "gymnasium")
+ENV_BACKENDS = ("native", "gymnasium")
 
 
 def env_backend(name: str, backend: str | None = None) -> str:
     """The backend ``make_env`` uses for ``name``: ``backend`` checked, or native where it has the task."""
-    if backend not in (None, *BACKENDS):
+    if backend not in (None, *ENV_BACKENDS):
         raise ValueError(f"unknown backend {backend!r}: choose 'native' or 'gymnasium' (or None for the default).")
     if backend == "native" and name not in NATIVE_TASKS:
         raise ValueError(

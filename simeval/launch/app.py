@@ -182,7 +182,7 @@ def evaluate_all(source: Iterable, session: Session, log, *, keep_going: bool) -
             )
             return 0
         log.append(session.record_of(ck, evaluation))
-        print(summary(evaluation.result, ck, session.parsed.cfg), flush=True)
+        print(summary(evaluation.result, ck), flush=True)
         if _reached(session.cfg.until_step, [ck.step]):
             print(f"reached --until-step {session.cfg.until_step}; done.", flush=True)
             return 0
@@ -205,7 +205,7 @@ def serve(session: Session) -> int:
     return 0
 
 
-def summary(result: dict, ck, cfg) -> str:
+def summary(result: dict, ck) -> str:
     """The terminal table of one evaluation."""
     keys = ("reward", "reward_ci_low", "reward_ci_high", "reward_std", "episode_length", "num_episodes", "fps")
     rows = [f"{'checkpoint':<16}{os.path.basename(ck.path)} (step {ck.step})"]

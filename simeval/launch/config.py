@@ -13,10 +13,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKENDS = ("thread", "process", "ray")
+from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
+from simeval.envs import ENV_BACKENDS  # how MuJoCo envs are built: native, gymnasium
+
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
-ENV_BACKENDS = ("native", "gymnasium")
 SOURCES = ("checkpoint", "watch", "serve")
 # A site's default device (slurm/eval.sh sets cuda:0 when the job has a GPU), used
 # only when neither a flag nor the profile names one.

@@ -37,6 +37,13 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def _steps(x: float, _pos: int = 0) -> str:
+    """Training steps as 250k, 1M, 1.5M."""
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:g}M"
+    return f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
+
+
 def _band(record: dict) -> tuple[float, float, float]:
     m = record["metrics"]
     mean = m["reward"]
@@ -56,10 +63,11 @@ def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | N
         mean, low, high = zip(*(_band(r) for r in rows), strict=True) if rows else ((), (), ())
         (line,) = ax.plot(steps, mean, marker="o", label=os.path.basename(os.path.normpath(name)))
         ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
-    for label, record in (references or {}).items():
+    for k, (label, record) in enumerate((references or {}).items(), start=len(runs)):
         mean, low, high = _band(record)
-        line = ax.axhline(mean, linestyle="--", linewidth=1.2, label=label)
-        ax.axhspan(low, high, color=line.get_color(), alpha=0.12)
+        ax.axhline(mean, linestyle="--", linewidth=1.2, color=f"C{k}", label=label)
+        ax.axhspan(low, high, color=f"C{k}", alpha=0.12)
+    ax.xaxis.set_major_formatter(_steps)
     ax.set_xlabel("training step")
     ax.set_ylabel("eval return (mean, 95% bootstrap CI)")
     ax.grid(alpha=0.3)
