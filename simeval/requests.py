@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -223,17 +224,9 @@ class RequestQueue:
         with self._cond:
             return self._pending()
 
-    @property
-    def busy(self) -> bool:
-        """A round is running or queued (what the busy policy looks at)."""
-        with self._cond:
-            return self._current is not None or bool(self._queue)
-
     # -- shutting down ------------------------------------------------------------
     def shutdown(self, timeout: float) -> None:
         """Cancel queued and running requests, stop the backend, deliver what is settled."""
-        import time
-
         deadline = time.monotonic() + timeout
         with self._cond:
             if self._closed:

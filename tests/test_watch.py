@@ -97,3 +97,22 @@ def test_stop_ends_the_watch_while_waiting_for_checkpoints(tmp_path):
     stop.set()
     thread.join(10)
     assert not thread.is_alive() and items == []
+
+
+def test_a_checkpoint_written_just_before_done_is_still_evaluated(three, tmp_path):
+    """Training writes its last checkpoint, then DONE, between two of the watcher's looks."""
+    directory = _run_dir(tmp_path, [], done=False)
+    watcher = Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05)
+    real = watcher._candidates
+    calls = []
+
+    def candidates():
+        found = real()
+        if not calls:  # right after the first (empty) listing
+            shutil.copy(three[0], directory)
+            open(os.path.join(directory, "DONE"), "w").close()
+        calls.append(len(found))
+        return found
+
+    watcher._candidates = candidates
+    assert [ck.step for ck in watcher] == [3000]

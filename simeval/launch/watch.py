@@ -42,10 +42,12 @@ class Watcher:
     def __iter__(self) -> Iterator[Checkpoint | Unreadable]:
         while not self.stop.is_set():
             item = self._next()
-            if item is None:
-                if os.path.exists(os.path.join(self.directory, DONE_FILE)) and self._next() is None:
+            if item is None and os.path.exists(os.path.join(self.directory, DONE_FILE)):
+                item = self._next()  # one more look: a checkpoint written just before DONE
+                if item is None:
                     print(f"{DONE_FILE} found and every checkpoint evaluated; done.", flush=True)
                     return
+            if item is None:
                 self.stop.wait(self.poll_interval)
                 continue
             yield item
