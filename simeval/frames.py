@@ -14,18 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from torchrl.envs.transforms import Transform
 
+from simeval.vecnorm import innermost
+
 if TYPE_CHECKING:
     import numpy as np
     from torchrl.envs import EnvBase
-
-
-def innermost(env: EnvBase) -> EnvBase:
-    """The base env under every TransformedEnv layer."""
-    from torchrl.envs import TransformedEnv
-
-    while isinstance(env, TransformedEnv):
-        env = env.base_env
-    return env
 
 
 def _gym_env(base_env: EnvBase) -> Any:

@@ -66,9 +66,15 @@ class _FrozenFactory:
         return freeze_owned(self.factory(*args, **kwargs))
 
 
-def _batched(env: EnvBase) -> BatchedEnvBase | None:
+def innermost(env: EnvBase) -> EnvBase:
+    """The base env under every TransformedEnv layer."""
     while isinstance(env, TransformedEnv):
         env = env.base_env
+    return env
+
+
+def _batched(env: EnvBase) -> BatchedEnvBase | None:
+    env = innermost(env)
     return env if isinstance(env, BatchedEnvBase) else None
 
 

@@ -25,7 +25,7 @@ class WorkerRecipe:
 
     def require_factories(self, backend: str, where: str) -> None:
         """A worker in another process needs an env factory and a policy factory (one-line errors)."""
-        if not callable(self.env) or _is_env_instance(self.env):
+        if not callable(self.env) or is_env_instance(self.env):
             raise ValueError(
                 f"The {backend} backend requires `env` to be a callable (factory function) "
                 f"because the env is created inside {where}."
@@ -110,7 +110,7 @@ def cancelled() -> EvalError:
     return EvalError("evaluation cancelled by shutdown()")
 
 
-def _is_env_instance(env: Any) -> bool:
+def is_env_instance(env: Any) -> bool:
     from torchrl.envs import EnvBase
 
     return isinstance(env, EnvBase)

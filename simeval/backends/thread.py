@@ -33,11 +33,11 @@ class ThreadBackend(Backend):
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
-        from simeval.backends.base import _is_env_instance
+        from simeval.backends.base import is_env_instance
 
         env, policy = recipe.env, recipe.policy
-        if _is_env_instance(env) or policy is not None:
-            if not _is_env_instance(env) and callable(env):
+        if is_env_instance(env) or policy is not None:
+            if not is_env_instance(env) and callable(env):
                 env = env()  # torchrl's eager path: a factory with a ready policy
             if policy is None:
                 policy = recipe.policy_factory(env)
