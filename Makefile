@@ -6,11 +6,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.simeval-installed
+# Isaac Lab 3.0 needs Python 3.12: its own venv, beside the 3.11 one (make isaaclab).
+ISAAC_VENV  ?= .venv-isaaclab
+ISAAC_PY    := $(ISAAC_VENV)/bin/python
+ISAAC_STAMP := $(ISAAC_VENV)/.simeval-installed
 
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
-.PHONY: demo test lint bench bench-native clean
+.PHONY: demo test test-core test-isaaclab isaaclab lint bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +23,26 @@ $(STAMP): pyproject.toml constraints-ci.txt
 	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test]"
 	touch $@
 
+# pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).
+$(ISAAC_STAMP): pyproject.toml constraints-isaaclab.txt
+	rm -rf $(ISAAC_VENV)
+	PY312=$$(tools/find-python312) && $$PY312 -m venv $(ISAAC_VENV)
+	$(ISAAC_PY) -m pip install --quiet --upgrade pip
+	$(ISAAC_PY) -m pip install --quiet -c constraints-isaaclab.txt "isaaclab==3.0.0" -e ".[test]"
+	touch $@
+
+isaaclab: $(ISAAC_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m simeval.launch.demo
 
-test: $(STAMP) lint
+test: test-core test-isaaclab
+
+test-core: $(STAMP) lint
 	$(PY) -m pytest -q
+
+test-isaaclab: $(ISAAC_STAMP)
+	$(ISAAC_PY) -m pytest -q tests/isaac_lab
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check simeval tests benchmarks examples
@@ -34,5 +53,8 @@ bench: $(STAMP)
 bench-native: $(STAMP)
 	$(PY) benchmarks/bench_native.py
 
+bench-isaaclab: $(ISAAC_STAMP)
+	$(ISAAC_PY) benchmarks/bench_isaaclab.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(ISAAC_VENV) .pytest_cache

@@ -46,6 +46,21 @@ def _eval_env(name: str, num_envs: int):
     return make_env(name, num_envs=num_envs)
 
 
+def _fill_autoreset_next_obs(batch) -> None:
+    """Envs that reset themselves inside step (Isaac Lab) have no final observation: torchrl marks it NaN.
+
+    GAE would turn NaN into NaN advantages, even where ``terminated`` masks the
+    value. The last observation stands in for it, which bootstraps a time-out
+    with V(s_T-1), as rsl_rl does.
+    """
+    import torch
+
+    nxt = batch["next", "observation"]
+    missing = nxt.isnan().any(-1, keepdim=True)
+    if missing.any():
+        batch["next", "observation"] = torch.where(missing, batch["observation"], nxt)
+
+
 def main(argv=None) -> None:
     args = parse(argv)
     import functools
@@ -108,6 +123,7 @@ def main(argv=None) -> None:
     try:
         for batch in collector:
             frames += batch.numel()
+            _fill_autoreset_next_obs(batch)
             with torch.no_grad():
                 advantage(batch)
             buffer.extend(batch.reshape(-1))
@@ -125,7 +141,10 @@ def main(argv=None) -> None:
                     step += 1
             collector.update_policy_weights_()
             done = batch["next", "done"]
-            train_return = batch["next", "episode_reward"][done].mean().item() if done.any() else float("nan")
+            # The sum before the last step plus its reward: also right where the env reset itself
+            # in that step and its "next" episode_reward is gone (Isaac Lab).
+            ended = batch["episode_reward"][done] + batch["next", "reward"][done]
+            train_return = ended.mean().item() if ended.numel() else float("nan")
             print(
                 f"frames {frames:>9,}  train return {train_return:9.1f}  {frames / (time.time() - start):6.0f} fps",
                 flush=True,

@@ -26,5 +26,9 @@ class EvalError(RuntimeError):
         return (type(self), (str(self), self.remote_traceback))
 
 
+class EnvError(ValueError):
+    """An env cannot be built as asked; the message names the problem and the fix in one line."""
+
+
 class Cancelled(Exception):
     """Raised inside a worker when shutdown() stops an evaluation mid-round."""

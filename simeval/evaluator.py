@@ -17,7 +17,7 @@ from typing import Any
 
 from simeval import backends, metrics
 from simeval.requests import Request, RequestQueue, check_busy_policy
-from simeval.settings import EvalSettings, as_key, exploration_name
+from simeval.settings import EvalSettings, as_info_keys, as_key, exploration_name
 
 
 def _check_arguments(policy, policy_factory, num_trajectories, max_steps, init_fn) -> None:
@@ -43,6 +43,10 @@ class Evaluator:
     with ``results_context`` added to every line, which keeps a served
     evaluator's results durable whoever triggers them). ``exploration_type``
     accepts an ``ExplorationType`` or its name; the default is DETERMINISTIC.
+    ``info_keys`` (keys relative to "next", e.g. ``["success"]``) are read at
+    each episode's last step and reported as their means over the episodes,
+    beside ``terminated_fraction`` / ``truncated_fraction`` and the env's
+    ``("next", "log")`` entries (see ``simeval.episode_ends``).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class Evaluator:
         keep_episodes: bool = False,
         results_path: str | None = None,
         results_context: Mapping[str, Any] | None = None,
+        info_keys: Any = None,
     ) -> None:
         check_busy_policy(busy_policy)
         if backend not in backends.NAMES:
@@ -98,6 +103,7 @@ class Evaluator:
             log_prefix=log_prefix,
             results_path=results_path,
             results_context=dict(results_context or {}),
+            info_keys=as_info_keys(info_keys),
         )
         recipe = backends.WorkerRecipe(settings, env, policy, policy_factory, init_fn)
         options = backends.BackendOptions(
@@ -208,11 +214,15 @@ class Evaluator:
         if self._keep_episodes or raw.get("video") is not None:
             import torch
 
-            for key in ("episode_returns", "episode_lengths"):
+            lists = {"episode_returns": torch.float64, "episode_lengths": torch.long}
+            lists.update(dict.fromkeys(metrics.EPISODE_FLAGS, torch.bool))
+            for key, dtype in lists.items():
                 full = f"{self._log_prefix}/{key}"
                 if full in result:
-                    dtype = torch.float64 if key == "episode_returns" else torch.long
                     result[full] = torch.tensor(result[full], dtype=dtype)
+            info = f"{self._log_prefix}/episode_info/"
+            for full in [k for k in result if k.startswith(info)]:
+                result[full] = torch.tensor(result[full], dtype=torch.float64)
             video = f"{self._log_prefix}/video"
             if video in result and not isinstance(result[video], torch.Tensor):
                 result[video] = torch.tensor(result[video])  # a copy: arrays from Ray's object store are read-only

@@ -14,6 +14,10 @@ import numpy as np
 
 # Keys every round reports, in the order the seed's Evaluator reports them.
 CORE_KEYS = ("reward", "reward_std", "num_episodes", "episode_length", "fps")
+# An info key whose last part is one of these is also reported as ``success_rate``.
+SUCCESS_NAMES = ("success", "is_success", "success_rate")
+# Per-episode lists a result carries with keep_episodes (beside episode_info/<name>).
+EPISODE_FLAGS = ("episode_terminated", "episode_truncated")
 
 
 def episode_quotas(num_episodes: int, num_envs: int) -> list[int]:
@@ -83,19 +87,69 @@ def summarize(
     }
 
 
+def nan_mean(values: Sequence[float]) -> float | None:
+    """The mean of the values that are not NaN; None when there are none."""
+    data = np.asarray(values, dtype=np.float64)
+    data = data[~np.isnan(data)]
+    return float(data.mean()) if data.size else None
+
+
+def end_metrics(
+    terminated: Sequence[bool] | None,
+    truncated: Sequence[bool] | None,
+    info: dict[str, Sequence[float]],
+    info_keys: Sequence[tuple[str, ...]] = (),
+) -> dict[str, float | None]:
+    """What the episodes' last steps say, over the kept episodes.
+
+    ``terminated_fraction``: episodes whose last step was terminal;
+    ``truncated_fraction``: truncated and not terminated (ended by a time
+    limit); either is left out when the batch had no such flag. Each ``info``
+    entry (named ``"/".join(key)`` for ``info_keys``, ``log/<leaf>`` for the
+    env's "log" entries) is its NaN-ignoring mean. ``success_rate`` repeats
+    the first info key whose last part is in SUCCESS_NAMES, else the log entry
+    ``Metrics/success_rate``, else the first log entry ending in ``success_rate``.
+    """
+    out: dict[str, float | None] = {}
+    term = None if terminated is None else np.asarray(terminated, dtype=bool)
+    if term is not None and term.size:
+        out["terminated_fraction"] = float(term.mean())
+    if truncated is not None and len(truncated):
+        trunc = np.asarray(truncated, dtype=bool)
+        out["truncated_fraction"] = float((trunc & ~term).mean() if term is not None else trunc.mean())
+    for name, values in info.items():
+        out[name] = nan_mean(values)
+    named = ["/".join(key) for key in info_keys if key[-1] in SUCCESS_NAMES]
+    logs = [name for name in info if name.startswith("log/") and name.endswith("success_rate")]
+    logs.sort(key=lambda name: name != "log/Metrics/success_rate")  # stable: the exact name first
+    source = next((name for name in (*named, *logs) if name in info), None)
+    if source is not None:
+        out["success_rate"] = out[source]
+    return out
+
+
 def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str, Any]:
     """The raw worker metrics under ``<prefix>/...`` keys, as the seed's Evaluator names them.
 
-    ``raw`` holds plain numbers; ``custom`` holds metrics_fn's output and
-    ``episode_returns`` / ``episode_lengths`` the per-episode lists.
+    ``raw`` holds plain numbers; ``end_metrics`` the scalars of :func:`end_metrics`;
+    ``custom`` metrics_fn's output; ``episode_returns`` / ``episode_lengths``,
+    ``episode_terminated`` / ``episode_truncated`` and ``episode_info`` (name ->
+    list) the per-episode values, which only ``keep_episodes`` reports.
     """
     out: dict[str, Any] = {}
     for key in (*CORE_KEYS, "reward_ci_low", "reward_ci_high", "frame_count"):
         if key in raw:
             out[f"{prefix}/{key}"] = raw[key]
+    for key, value in (raw.get("end_metrics") or {}).items():
+        out[f"{prefix}/{key}"] = value
     if keep_episodes:
         out[f"{prefix}/episode_returns"] = list(raw["episode_returns"])
         out[f"{prefix}/episode_lengths"] = list(raw["episode_lengths"])
+        for key in EPISODE_FLAGS:
+            if raw.get(key) is not None:
+                out[f"{prefix}/{key}"] = list(raw[key])
+        for name, values in (raw.get("episode_info") or {}).items():
+            out[f"{prefix}/episode_info/{name}"] = list(values)
     for key, value in (raw.get("custom") or {}).items():
         out[f"{prefix}/{key}"] = value
     if raw.get("video") is not None:

@@ -20,6 +20,9 @@ differs, on purpose:
   and a 95% bootstrap interval.
 - ``frames`` is sub-env 0's first episode, ``(1, T, C, H, W)`` uint8, recorded
   only when the env renders (``render_mode="rgb_array"``), else None.
+- Results also carry ``terminated_fraction`` / ``truncated_fraction`` and, with
+  ``info_keys=[...]`` (as ``simeval.Evaluator``'s), each key's mean and
+  ``success_rate``; the env's ``("next", "log")`` entries come as ``log/<name>``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 from simeval.backends.base import BackendOptions, WorkerRecipe
 from simeval.requests import Request, RequestQueue
-from simeval.settings import EvalSettings, RoundOverrides, as_key
+from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key
 
 
 class RayEvalWorker:
@@ -43,6 +46,8 @@ class RayEvalWorker:
         reward_keys: the reward's nested key.
         name: registers a detached actor under this name (namespace
             ``"simeval"``) that :meth:`from_name` reaches from any process.
+        info_keys: keys relative to "next" read at each episode's last step
+            and reported as their means (simeval's addition).
         **remote_kwargs: forwarded to ``ray.remote`` (``num_cpus``,
             ``runtime_env``, ...), except simeval's ``start_timeout`` (seconds
             the actor may take to be scheduled and to start, default 120).
@@ -57,13 +62,20 @@ class RayEvalWorker:
         num_gpus: float = 1,
         reward_keys: tuple[str, ...] = ("next", "reward"),
         name: str | None = None,
+        info_keys: Any = None,
         **remote_kwargs: Any,
     ) -> None:
         from simeval.backends.ray import RayBackend
 
         start_timeout = float(remote_kwargs.pop("start_timeout", 120.0))
         key = as_key(reward_keys)
-        settings = EvalSettings(num_trajectories=None, reward_key=key, dump_video=False, record_frames=True)
+        settings = EvalSettings(
+            num_trajectories=None,
+            reward_key=key,
+            dump_video=False,
+            record_frames=True,
+            info_keys=as_info_keys(info_keys),
+        )
         options = BackendOptions(
             start_timeout=start_timeout,
             num_gpus=num_gpus,
@@ -116,7 +128,8 @@ class RayEvalWorker:
         Keys: ``reward`` (torchrl's per-step figure), ``frames`` ((1, T, C, H, W)
         uint8 or None), ``episode_reward``, ``episode_reward_std``,
         ``episode_reward_ci_low`` / ``_high``, ``episode_length``,
-        ``num_episodes``, ``fps``. A failed round raises :class:`simeval.EvalError`.
+        ``num_episodes``, ``fps``, and ``terminated_fraction`` / ``truncated_fraction``
+        / ``info_keys``' means. A failed round raises :class:`simeval.EvalError`.
         """
         return self._front.poll(timeout)
 
@@ -152,6 +165,7 @@ def _seed_layout(raw: dict[str, Any], request: Request) -> dict[str, Any]:
             torch.tensor(frames).permute(0, 3, 1, 2).unsqueeze(0).contiguous()
         )  # copied: Ray's arrays are read-only
     return {
+        **(raw.get("end_metrics") or {}),
         "reward": float(reward),
         "frames": frames,
         "episode_reward": raw["reward"],

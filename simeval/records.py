@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 _LIST_KEYS = ("episode_returns", "episode_lengths")
+# Per-episode lists of keep_episodes results that are not written (their means are metrics).
+_EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/")
 
 
 def plain(value: Any) -> Any:
@@ -29,11 +31,11 @@ def plain(value: Any) -> Any:
 
 
 def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any]:
-    """The scalar metrics of an Evaluator result, without the prefix."""
+    """The scalar metrics of an Evaluator result, without the prefix (per-episode lists left out)."""
     out = {}
     for key, value in result.items():
         name = key.split("/", 1)[1] if key.startswith(prefix + "/") else key
-        if name in ("step", "video", *_LIST_KEYS):
+        if name in ("step", "video", *_LIST_KEYS) or name.startswith(_EPISODE_ONLY):
             continue
         value = plain(value)
         if value is None or isinstance(value, (int, float)):

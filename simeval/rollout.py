@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
+from simeval import episode_ends
 from simeval.errors import Cancelled
 
 
@@ -32,6 +33,10 @@ class Episodes:
     trajectories: TensorDictBase | None = None  # [N, T] with ("collector", "mask")
     traj_ids: list[int] = field(default_factory=list)
     step_reward_to_first_done: float = float("nan")
+    # Read at each episode's last step (see simeval.episode_ends); None where the batch has no such flag.
+    terminated: list[bool] | None = None
+    truncated: list[bool] | None = None
+    info: dict[str, list[float]] = field(default_factory=dict)  # metric name -> one float per episode
 
 
 class FirstDoneReward:
@@ -66,7 +71,8 @@ class EpisodeTally:
 
     ``add`` takes [E, T] tensors; episodes that straddle batches carry their
     partial return and length over. Sub-env ``e`` keeps its first
-    ``quota[e]`` finished episodes and ignores the rest.
+    ``quota[e]`` finished episodes and ignores the rest. ``ends`` (the same
+    names at every ``add``) are [E, T] values read at each kept episode's last step.
     """
 
     def __init__(self, quotas: list[int]) -> None:
@@ -76,6 +82,7 @@ class EpisodeTally:
         self.carry_return = torch.zeros(n, dtype=torch.float64)
         self.carry_length = torch.zeros(n, dtype=torch.long)
         self._kept: list[tuple[torch.Tensor, ...]] = []
+        self._end_names: list | None = None
 
     @property
     def finished(self) -> bool:
@@ -88,7 +95,13 @@ class EpisodeTally:
         episode_return: torch.Tensor | None = None,
         step_count: torch.Tensor | None = None,
         traj_ids: torch.Tensor | None = None,
+        ends: dict | None = None,
     ) -> None:
+        ends = ends or {}
+        if self._end_names is None:
+            self._end_names = list(ends)
+        elif list(ends) != self._end_names:
+            raise ValueError(f"EpisodeTally.add got ends {list(ends)}, earlier {self._end_names}.")
         n_env, horizon = done.shape
         done_l = done.long()
         segment = done_l.cumsum(1) - done_l  # episode index within this batch
@@ -109,7 +122,10 @@ class EpisodeTally:
         ordinal = self.completed[env_idx] + k
         keep = ordinal < self.quota[env_idx]
         ids = traj_ids[env_idx, t_idx] if traj_ids is not None else torch.zeros_like(k)
-        self._kept.append((env_idx[keep], ordinal[keep], returns[keep], lengths[keep], ids[keep]))
+        at_end = torch.zeros(len(k), len(ends), dtype=torch.float64)
+        for i, value in enumerate(ends.values()):
+            at_end[:, i] = value[env_idx, t_idx]
+        self._kept.append((env_idx[keep], ordinal[keep], returns[keep], lengths[keep], ids[keep], at_end[keep]))
 
         n_done = done_l.sum(1)
         rows = torch.arange(n_env)
@@ -117,12 +133,26 @@ class EpisodeTally:
         self.carry_length = counts[rows, n_done]
         self.completed += n_done
 
+    def _ordered(self) -> list[torch.Tensor]:
+        """Returns, lengths, trajectory ids and end values of the kept episodes, in (sub-env, order) order."""
+        env_idx, ordinal, *columns = (torch.cat(x) for x in zip(*self._kept, strict=True))
+        if not len(env_idx):
+            return columns
+        order = torch.argsort(env_idx * (int(ordinal.max()) + 1) + ordinal)
+        return [c[order] for c in columns]
+
     def episodes(self) -> tuple[list[float], list[int], list[int]]:
         if not self._kept:
             return [], [], []
-        env_idx, ordinal, returns, lengths, ids = (torch.cat(x) for x in zip(*self._kept, strict=True))
-        order = torch.argsort(env_idx * (int(ordinal.max()) + 1) + ordinal)
-        return returns[order].tolist(), lengths[order].tolist(), ids[order].tolist()
+        returns, lengths, ids, _ = self._ordered()
+        return returns.tolist(), lengths.tolist(), ids.tolist()
+
+    def end_values(self) -> dict:
+        """Each ``ends`` name -> its value at the kept episodes' last steps (floats, episode order)."""
+        if not self._kept:
+            return {name: [] for name in self._end_names or ()}
+        at_end = self._ordered()[3]
+        return {name: at_end[:, i].tolist() for i, name in enumerate(self._end_names)}
 
 
 class StoppablePolicy(TensorDictModuleBase):
@@ -162,9 +192,16 @@ def run_round(
     seed: int | None,
     keep_trajectories: bool,
     stop: threading.Event,
+    info_keys: tuple = (),
+    use_step_count: bool = True,
 ) -> Episodes:
-    """Reset (and seed) every env, then collect until each sub-env met its quota."""
+    """Reset (and seed) every env, then collect until each sub-env met its quota.
+
+    ``info_keys`` (relative to "next") and every leaf under ("next", "log") are
+    read at each kept episode's last step, with the terminated/truncated flags.
+    """
     env_ndim = len(env.batch_size)
+    end_keys = None
     tally = EpisodeTally(quotas)
     first_done = FirstDoneReward()
     batches: list[TensorDictBase] = []
@@ -179,14 +216,17 @@ def run_round(
         done = _flat_env(batch.get(done_key), env_ndim)
         reward = _flat_env(batch.get(reward_key), env_ndim)
         ep_ret = batch.get(episode_return_key, None) if episode_return_key else None
-        steps = batch.get(("next", "step_count"), None)
+        steps = batch.get(("next", "step_count"), None) if use_step_count else None
         traj = batch.get(("collector", "traj_ids"), None)
+        if end_keys is None:
+            end_keys = episode_ends.find(batch, done_key, info_keys)
         tally.add(
             reward,
             done,
             None if ep_ret is None else _flat_env(ep_ret, env_ndim),
             None if steps is None else _flat_env(steps, env_ndim),
             None if traj is None else _flat_env(traj, env_ndim),
+            episode_ends.read(batch, end_keys, env_ndim, done.shape),
         )
         first_done.add(reward, done)
         env_steps += done.numel()
@@ -197,7 +237,23 @@ def run_round(
     seconds = time.perf_counter() - start
     returns, lengths, ids = tally.episodes()
     trajectories = _select_trajectories(batches, ids) if keep_trajectories else None
-    return Episodes(returns, lengths, env_steps, seconds, trajectories, ids, first_done.value)
+    ends, keys = tally.end_values(), end_keys or episode_ends.EndKeys()
+
+    def flags(key):
+        return None if key is None else [bool(v) for v in ends[key]]
+
+    return Episodes(
+        returns,
+        lengths,
+        env_steps,
+        seconds,
+        trajectories,
+        ids,
+        first_done.value,
+        terminated=flags(keys.terminated),
+        truncated=flags(keys.truncated),
+        info={name: ends[key] for name, key in keys.info.items()},
+    )
 
 
 def _select_trajectories(batches: list[TensorDictBase], ids: list[int]) -> TensorDictBase:

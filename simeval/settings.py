@@ -31,6 +31,29 @@ def as_key(key: NestedKey) -> tuple[str, ...]:
     raise ValueError(f"expected a nested key such as ('next', 'reward'), got {key!r}; pass one key.")
 
 
+def as_info_keys(keys: Any) -> tuple[tuple[str, ...], ...]:
+    """``info_keys`` as a tuple of nested keys relative to "next".
+
+    A string is one key; otherwise a sequence of keys, each a string or a tuple
+    of strings (``["success", ("agents", "success")]``). A leading ``"next"`` is
+    dropped: the keys are read from the step's "next" entry anyway.
+    """
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        keys = [keys]
+    if not isinstance(keys, (list, tuple)):
+        raise ValueError(f"info_keys must be a key or a list of keys, got {keys!r}.")
+    out = []
+    for key in keys:
+        key = as_key(key)
+        if len(key) > 1 and key[0] == "next":
+            key = key[1:]
+        if key not in out:
+            out.append(key)
+    return tuple(out)
+
+
 def exploration_name(value: Any) -> str:
     """An ``ExplorationType``, its name or its value (``"mode"``) as the member's name."""
     if value is None:
@@ -51,6 +74,8 @@ class EvalSettings:
     ``record_frames`` renders sub-env 0's first episode of each round when the
     env renders (``render_mode == "rgb_array"``); ``results_path`` makes the
     worker append each result there, with ``results_context`` added to the line.
+    ``info_keys`` are nested keys relative to "next" (``("success",)``) read at
+    each episode's last step (see ``simeval.episode_ends``).
     """
 
     num_trajectories: int | None = 10
@@ -69,6 +94,7 @@ class EvalSettings:
     log_prefix: str = "eval"
     results_path: str | None = None
     results_context: dict = field(default_factory=dict)
+    info_keys: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass

@@ -143,7 +143,12 @@ class EvalWorker:
             # One intra-op thread: small CPU policies run faster, and an eval worker
             # beside training should not take every core from it.
             torch.set_num_threads(1)
-        self._episode_return_key = _episode_return_key(self.env, self.settings.reward_key)
+        # An env that resets itself inside step (Isaac Lab, torchrl's native_autoreset) has no "next"
+        # RewardSum/StepCounter values at an episode's last step: the tally sums rewards and counts steps.
+        self._native_autoreset = bool(getattr(self.env, "_torchrl_native_autoreset", False))
+        self._episode_return_key = (
+            None if self._native_autoreset else _episode_return_key(self.env, self.settings.reward_key)
+        )
         self._num_envs = max(1, int(torch.Size(self.env.batch_size).numel()))
         rollout_env = self._wrap(self.env)
         # The collector resets the env and probes the policy once: no statistics
@@ -279,14 +284,22 @@ class EvalWorker:
                 reward_key=settings.reward_key,
                 done_key=settings.done_key,
                 episode_return_key=self._episode_return_key,
+                use_step_count=not self._native_autoreset,
                 seed=settings.seed,
                 keep_trajectories=settings.metrics_fn is not None,
                 stop=self.stop,
+                info_keys=settings.info_keys,
             )
         raw = metrics.summarize(episodes.returns, episodes.lengths, episodes.env_steps, episodes.seconds)
         raw["episode_returns"] = episodes.returns
         raw["episode_lengths"] = episodes.lengths
         raw["step_reward_to_first_done"] = episodes.step_reward_to_first_done
+        raw["episode_terminated"] = episodes.terminated
+        raw["episode_truncated"] = episodes.truncated
+        raw["episode_info"] = episodes.info
+        raw["end_metrics"] = metrics.end_metrics(
+            episodes.terminated, episodes.truncated, episodes.info, settings.info_keys
+        )
         raw["step"] = step
         if settings.metrics_fn is not None:
             raw["custom"] = {k: _plain(v) for k, v in settings.metrics_fn(episodes.trajectories).items()}

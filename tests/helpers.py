@@ -191,3 +191,97 @@ def video_env(log_dir: str):
     env = TransformedEnv(CountEnv([4], pixels=True), VideoRecorder(logger, tag="eval_video", in_keys=["pixels"]))
     env.append_transform(RewardSum())
     return env
+
+
+# -- what an episode's last step says (terminated/truncated, info keys, "log" entries) --
+class InfoProbe(Transform):
+    """Adds per-step keys computed from the simulator's state, as a task would.
+
+    ``success`` ([*B, 1] bool) = ``observation[..., index] > 0``; under "log" (one
+    float per sub-env, shape [*B], as Isaac Lab's ``extras["log"]``):
+    ``Metrics/success_rate`` = ``observation[..., index]`` at done steps with an
+    even step count and NaN at every other step (the env did not report), and
+    ``Episode_Reward/length`` = the step count at done steps, NaN elsewhere.
+    """
+
+    def __init__(self, index: int = 1, log: bool = True):
+        super().__init__()
+        self.index = index
+        self.log = log
+
+    def _values(self, td, done):
+        obs = td.get("observation")[..., self.index]
+        td.set("success", (obs > 0).unsqueeze(-1))
+        if self.log:
+            steps = td.get("step_count").squeeze(-1)
+            nan = torch.full_like(obs, float("nan"))
+            reported = done & (steps % 2 == 0)
+            td.set(("log", "Metrics/success_rate"), torch.where(reported, obs, nan))
+            td.set(("log", "Episode_Reward/length"), torch.where(done, steps.to(obs.dtype), nan))
+        return td
+
+    def _step(self, tensordict, next_tensordict):
+        return self._values(next_tensordict, next_tensordict.get("done").squeeze(-1))
+
+    def _reset(self, tensordict, tensordict_reset):
+        done = torch.zeros(tensordict_reset.batch_size, dtype=torch.bool, device=tensordict_reset.device)
+        return self._values(tensordict_reset, done)
+
+    def transform_observation_spec(self, observation_spec):
+        from torchrl.data import Categorical
+
+        shape, device = observation_spec.shape, observation_spec.device
+        observation_spec["success"] = Categorical(2, shape=(*shape, 1), dtype=torch.bool, device=device)
+        if self.log:
+            observation_spec["log"] = Composite(
+                {
+                    "Metrics/success_rate": Unbounded(shape=shape, device=device),
+                    "Episode_Reward/length": Unbounded(shape=shape, device=device),
+                },
+                shape=shape,
+                device=device,
+            )
+        return observation_spec
+
+
+def probed_env(name: str = "HalfCheetah-v5", num_envs: int = 3, index: int = 1, log: bool = True, **kwargs):
+    """``make_env(name)`` with an :class:`InfoProbe` on top (no VecNorm: the probe reads raw observations)."""
+    from simeval.envs import make_env
+
+    env = make_env(name, num_envs=num_envs, obs_norm=False, **kwargs)
+    env.append_transform(InfoProbe(index, log))
+    return env
+
+
+def episode_ends(td) -> dict:
+    """metrics_fn: what the kept episodes' last steps say, read from their padded trajectories.
+
+    Independent of the evaluator's own reading (torchrl's split_trajectories and
+    the ("collector", "mask") padding, not the collector batches): ``check_*``
+    are the fractions and means the evaluator should report.
+    """
+    import numpy as np
+
+    last = td.get(("collector", "mask")).sum(-1) - 1
+    rows = torch.arange(td.shape[0])
+
+    def at_end(key):
+        value = td.get(key, None)
+        return None if value is None else value.reshape(*td.shape, -1)[rows, last, 0].double().numpy()
+
+    out = {}
+    term, trunc = at_end(("next", "terminated")), at_end(("next", "truncated"))
+    out["check_terminated"] = float(term.mean())
+    out["check_truncated"] = float(((trunc > 0) & ~(term > 0)).mean())
+    out["check_length"] = float(at_end(("next", "step_count")).mean())
+    for name, key in (
+        ("check_success", ("next", "success")),
+        ("check_log_success", ("next", "log", "Metrics/success_rate")),
+        ("check_log_length", ("next", "log", "Episode_Reward/length")),
+    ):
+        values = at_end(key)
+        if values is not None:
+            values = values[~np.isnan(values)]
+            out[name] = float(values.mean()) if values.size else float("nan")
+            out[name + "_count"] = float(values.size)
+    return out

@@ -71,7 +71,7 @@ def test_foreign_files_are_clear_errors(tmp_path):
 
 def test_yaml_profiles_load_and_unknown_keys_are_errors(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("mujoco-halfcheetah", "ray-gpu", "isaaclab-anymal-c"):
+    for name in ("mujoco-halfcheetah", "ray-gpu", "isaaclab-cartpole"):
         settings = load_yaml(os.path.join(repo, "launchers", f"{name}.yaml"))
         assert settings["env"]
     bad = tmp_path / "bad.yaml"

@@ -151,6 +151,14 @@ def test_init_fn_runs_in_the_launcher_before_torch_and_gets_apploauncher_flags(c
     assert app["device"] == "cpu" and app["enable_cameras"] is False
 
 
+def test_isaaclab_env_without_isaac_lab_names_the_fix(checkpoints, tmp_path):
+    # This suite's Python (3.11) has no Isaac Lab; the real package is tested in tests/isaac_lab (3.12 venv).
+    proc = cli("--env", "isaaclab:Simeval-Isaac-Cartpole-Direct", "--checkpoint", checkpoints[0], "--out", str(tmp_path))
+    assert proc.returncode == 2
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "Isaac Lab 3.0 needs Python 3.12" in line and "make isaaclab" in line
+
+
 def test_unknown_flags_without_init_fn_are_an_error(checkpoints, tmp_path):
     proc = cli("--checkpoint", checkpoints[0], "--headless", "--out", str(tmp_path))
     assert proc.returncode == 2

@@ -1,21 +1,160 @@
-"""Isaac Lab tasks as torchrl envs (``--env isaaclab:<task>``).
+"""Isaac Lab tasks as torchrl envs (``--env isaaclab:<task>``), kit-less or with Isaac Sim.
 
-The real code path: Isaac Lab cannot run on CPU machines, so the tests cover
-the init hook with a stand-in and this module only on machines that have it.
-The simulation app must already run (``--init-fn simeval.launch.hooks:isaaclab_app_launcher``).
+The env is Isaac Lab's own (``gym.make(task, cfg=parse_env_cfg(...))``) under
+torchrl's ``IsaacLabWrapper`` with ``native_autoreset=True``: Isaac Lab resets
+finished sub-envs inside ``step()``, so episode ends are read from the step's
+done flags and no partial reset is ever asked for. The transforms line up
+with :func:`simeval.envs.make_env` (torchrl's VecGymEnvTransform where the
+MuJoCo envs have DoubleToFloat, then StepCounter, VecNormV2 at
+``OBS_NORM_ID``, RewardSum), so training scripts, checkpoints and the
+launcher treat both kinds of env alike.
+
+Isaac Lab's ``extras["log"]`` (termination reasons, reward terms, task
+metrics such as ``Metrics/success_rate``) is written under ``("next", "log")``
+each step, where the rollout core reads it at every episode's end.
+
+Kit-less (Isaac Lab 3.x without Isaac Sim, Newton physics) nothing has to
+start before torch; with Isaac Sim installed the simulation app must already
+run (``--init-fn simeval.launch.hooks:isaaclab_app_launcher``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 
-def make_env(task: str, *, num_envs: int = 64, device: str | None = None):
-    """Build an Isaac Lab task from its registry and wrap it for torchrl."""
+from simeval.errors import EnvError
+
+INSTALL_HINT = "run `make isaaclab` (a Python 3.12 venv with isaaclab==3.0.0) and use .venv-isaaclab/bin/python"
+
+
+def default_device() -> str:
+    """``cuda:0`` when this process sees a GPU, else ``cpu`` (Isaac Lab's own default is always cuda:0)."""
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def check_installed() -> None:
+    """An EnvError naming the fix when Isaac Lab cannot be imported here."""
+    import sys
+
+    if importlib.util.find_spec("isaaclab") is not None and importlib.util.find_spec("isaaclab_tasks") is not None:
+        return
+    if sys.version_info[:2] != (3, 12):
+        raise EnvError(f"Isaac Lab 3.0 needs Python 3.12, this is {sys.version.split()[0]}: {INSTALL_HINT}.")
+    raise EnvError(f"Isaac Lab is not installed in {sys.executable}: {INSTALL_HINT}.")
+
+
+def registered_tasks() -> list[str]:
+    """The Isaac Lab ids gymnasium knows, simeval's offline ones included."""
     import gymnasium as gym
-    import isaaclab_tasks  # noqa: F401  (registers the tasks)
-    from isaaclab_tasks.utils import parse_env_cfg
-    from torchrl.envs import RewardSum, StepCounter, TransformedEnv
-    from torchrl.envs.libs.isaac_lab import IsaacLabWrapper
+    import isaaclab_tasks  # noqa: F401  (registers Isaac Lab's tasks)
 
-    cfg = parse_env_cfg(task, device=device or "cuda:0", num_envs=num_envs)
-    env = IsaacLabWrapper(gym.make(task, cfg=cfg))
-    return TransformedEnv(env, RewardSum()).append_transform(StepCounter())
+    from simeval.envs import isaaclab_offline
+
+    isaaclab_offline.register()
+    return sorted(k for k in gym.registry if k.startswith(("Isaac-", "Simeval-Isaac-")))
+
+
+def make_env(
+    task: str,
+    *,
+    num_envs: int = 64,
+    device: str | None = None,
+    seed: int | None = None,
+    max_steps: int | None = None,
+    obs_norm: bool = True,
+):
+    """Build Isaac Lab task ``task`` with ``num_envs`` sub-envs, wrapped for torchrl.
+
+    ``max_steps`` shortens the task's own episode length (Isaac Lab then
+    times the episode out itself); ``seed`` is Isaac Lab's ``cfg.seed``.
+    """
+    check_installed()
+    import gymnasium as gym
+
+    tasks = registered_tasks()
+    if task not in gym.registry:
+        raise EnvError(
+            f"unknown Isaac Lab task {task!r}: registered ids include {', '.join(_examples(tasks))} "
+            f"(offline, no asset server needed: Simeval-Isaac-Cartpole-Direct, Simeval-Isaac-Cartpole)."
+        )
+    from isaaclab_tasks.utils import parse_env_cfg
+
+    device = device or default_device()
+    cfg = parse_env_cfg(task, device=device, num_envs=num_envs)
+    if seed is not None:
+        cfg.seed = seed
+    if max_steps is not None:
+        step_dt = cfg.sim.dt * cfg.decimation
+        # A hair under max_steps * dt, so float rounding cannot add a step.
+        cfg.episode_length_s = (max_steps - 0.5) * step_dt
+    launch = _kitless_launch(cfg)
+    try:
+        base = gym.make(task, cfg=cfg)
+    except FileNotFoundError as e:
+        launch.close()
+        raise EnvError(
+            f"Isaac Lab task {task!r} needs an asset this machine cannot load ({_first_line(e)}): use an offline "
+            "task (isaaclab:Simeval-Isaac-Cartpole-Direct) or set ISAACSIM_ASSET_ROOT to a local copy of "
+            "Isaac's assets."
+        ) from None
+    return _wrap(base, device, obs_norm, launch)
+
+
+def _wrap(base, device: str, obs_norm: bool, launch: contextlib.ExitStack):
+    import warnings
+
+    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs.libs.isaac_lab import IsaacLabWrapper
+    from torchrl.envs.transforms import VecNormV2
+
+    env = IsaacLabWrapper(base, device=device, native_autoreset=True)
+    env._simeval_launch = launch  # the kit-less runtime lives as long as the env
+    names = sorted(env._isaac_unwrapped.extras.get("log", {}))
+    if not names:  # the first reset is what fills extras["log"] with the task's names
+        env.reset()
+        names = sorted(env._isaac_unwrapped.extras.get("log", {}))
+    if names:
+        from simeval.envs.isaaclab_log import IsaacLogReader
+
+        env.set_info_dict_reader(IsaacLogReader(names, env.batch_size, env.device))
+    # IsaacLabWrapper comes as a TransformedEnv whose first transform is torchrl's VecGymEnvTransform
+    # (auto-reset bookkeeping); it takes the place DoubleToFloat has in make_env (Isaac Lab's data is
+    # float32 already), so that VecNormV2 is transform[2] (OBS_NORM_ID) here too.
+    out = env if isinstance(env, TransformedEnv) else TransformedEnv(env, DoubleToFloat())
+    out.append_transform(StepCounter())
+    if obs_norm:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Support of VecNormV2 for containers")
+            out.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
+    out.append_transform(RewardSum())
+    return out
+
+
+def _kitless_launch(cfg) -> contextlib.ExitStack:
+    """Enter Isaac Lab 3's ``launch_simulation`` for ``cfg`` when no Kit app runs (it starts nothing kit-less).
+
+    It validates the physics/renderer choice and applies the launcher flags the
+    init hook parsed. With Isaac Sim running (the hook started it) it is skipped.
+    """
+    stack = contextlib.ExitStack()
+    from simeval.launch import hooks
+
+    if hooks.kit_app() is not None or importlib.util.find_spec("isaacsim") is not None:
+        return stack
+    try:
+        from isaaclab.app import launch_simulation
+    except ImportError:  # Isaac Lab 2.x: no kit-less mode
+        return stack
+    stack.enter_context(launch_simulation(cfg, dict(hooks.launcher_args())))
+    return stack
+
+
+def _examples(tasks: list[str]) -> list[str]:
+    return tasks[:6] + (["..."] if len(tasks) > 6 else [])
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -67,7 +67,9 @@ def make_env(
     ``obs_norm``), RewardSum.
 
     Args:
-        name: gymnasium id (the MuJoCo v5 tasks are tested; others may work).
+        name: gymnasium id (the MuJoCo v5 tasks are tested; others may work),
+            or ``isaaclab:<task>`` for an Isaac Lab task (:mod:`simeval.envs.isaaclab`;
+            ``render``, ``backend``, ``num_threads`` do not apply there).
         num_envs: sub-envs stepped together (batch size ``[num_envs]``).
         max_steps: episode cap enforced by a StepCounter (truncation);
             ``None`` keeps only the task's own time limit.
@@ -89,6 +91,15 @@ def make_env(
             sub-env in contact each step (see ``MujocoBatchEnv``); by default
             they are taken one RK4 stage earlier, with no per-sub-env code.
     """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+    if name.startswith("isaaclab:"):
+        from simeval.envs import isaaclab
+
+        task = name.split(":", 1)[1]
+        return isaaclab.make_env(
+            task, num_envs=num_envs, device=device, seed=seed, max_steps=max_steps, obs_norm=obs_norm
+        )
     backend = env_backend(name, backend)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")

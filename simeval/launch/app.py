@@ -208,8 +208,9 @@ def serve(session: Session) -> int:
 def summary(result: dict, ck) -> str:
     """The terminal table of one evaluation."""
     keys = ("reward", "reward_ci_low", "reward_ci_high", "reward_std", "episode_length", "num_episodes", "fps")
+    keys += ("success_rate",)  # only when info_keys or the env's log entries give one
     rows = [f"{'checkpoint':<16}{os.path.basename(ck.path)} (step {ck.step})"]
-    rows += [f"{k:<16}{float(result[f'eval/{k}']):.2f}" for k in keys if f"eval/{k}" in result]
+    rows += [f"{k:<16}{float(result[f'eval/{k}']):.2f}" for k in keys if result.get(f"eval/{k}") is not None]
     return "\n".join(rows)
 
 

@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _value_type(name: str) -> Any:
-    """int, float or str: the type of a field, without ``| None``."""
+    """int, float, str, dict or list: the type of a field, without ``| None``."""
     hint = typing.get_type_hints(LaunchConfig)[name]
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     return args[0]
@@ -43,13 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         flag = meta.get("flag", "--" + name.replace("_", "-"))
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         kind = _value_type(name)
-        quiet = default in (None, {}) or kind is bool or not meta.get("show_default", True)
+        quiet = default in (None, {}, []) or kind is bool or not meta.get("show_default", True)
         help_text = meta["help"] + ("" if quiet else f" (default {default})")
         if kind is bool:
             action = "store_false" if flag.startswith("--no-") else "store_true"
             p.add_argument(flag, dest=name, action=action, help=help_text)
         elif meta.get("json"):
             p.add_argument(flag, dest=name, type=json.loads, metavar="JSON", help=help_text)
+        elif meta.get("nargs"):
+            p.add_argument(flag, dest=name, nargs=meta["nargs"], metavar=meta.get("metavar"), help=help_text)
         else:
             p.add_argument(flag, dest=name, type=kind, metavar=name.upper(), help=help_text)
     p.add_argument("--debug", action="store_true", help="show tracebacks")

@@ -55,6 +55,13 @@ class LaunchConfig:
     )
     policy: str | None = _opt(None, "module:factory building the policy from the env (default: the checkpoint's)")
     policy_kwargs: dict = _opt(dict, "JSON keyword arguments for --policy", json=True)
+    info_keys: list = _opt(
+        list,
+        "keys under the step's 'next' entry (e.g. success) whose value at each episode's end is averaged "
+        "(eval/<key>; eval/success_rate for success, is_success, success_rate)",
+        nargs="+",
+        metavar="KEY",
+    )
     checkpoint: str | None = _opt(None, "evaluate this checkpoint once")
     watch: str | None = _opt(None, "evaluate every checkpoint written to this directory, once, in step order")
     serve: str | None = _opt(None, "serve a named Ray evaluator that training reaches with simeval.connect(NAME)")
@@ -94,6 +101,7 @@ class LaunchConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {self.max_steps}.")
+        self.info_keys = _info_keys(self.info_keys)
         for name in ("init_fn", "policy"):
             value = getattr(self, name)
             if value is not None and value.count(":") != 1:
@@ -105,6 +113,22 @@ class LaunchConfig:
     @property
     def source(self) -> str | None:
         return next((k for k in SOURCES if getattr(self, k)), None)
+
+
+def _info_keys(value: Any) -> list:
+    """``info_keys`` as a list of keys: strings, or lists of strings for nested keys (YAML)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(k, str) or (isinstance(k, (list, tuple)) and k and all(isinstance(p, str) for p in k)) for k in value
+    )
+    if not ok:
+        raise ConfigError(
+            f"info_keys must be a list of keys (strings, or lists of strings for nested keys), got {value!r}."
+        )
+    return [k if isinstance(k, str) else list(k) for k in value]
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 _APP: Any = None  # the simulation app, kept alive for the life of the process
+_LAUNCHER_ARGS: dict[str, Any] = {}  # Isaac Lab's launcher flags, for kit-less launch_simulation
 
 
 def call_hook(fn: Callable, **available: Any) -> Any:
@@ -40,15 +41,23 @@ def worker_init(user_init: str | None = None, cuda_visible: str | None = None, *
 
 
 def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, device: str | None = None) -> None:
-    """Start Isaac Lab's simulation app headless, before torch is imported.
+    """Prepare Isaac Lab in this process, before torch is imported.
 
-    ``argv`` may carry AppLauncher's own flags (``--livestream``,
-    ``--experience``, ...); simeval's ``--device`` is forwarded, and cameras
-    are enabled only when video is asked for (rendering is otherwise off).
+    With Isaac Sim installed this starts its simulation app headless through
+    ``AppLauncher`` (cameras only when video is asked for). Kit-less (Isaac Lab
+    3.x without Isaac Sim, Newton physics) there is no app to start: the
+    launcher flags in ``argv`` are parsed and kept for the
+    ``launch_simulation`` call that wraps env creation. ``argv`` may carry
+    Isaac Lab's own flags (``--livestream``, ``--experience``, ``--visualizer``,
+    ...); simeval's ``--device`` is forwarded.
     """
     if importlib.util.find_spec("isaaclab") is None:
-        raise RuntimeError("--init-fn simeval.launch.hooks:isaaclab_app_launcher needs Isaac Lab (isaaclab) installed.")
-    if "torch" in sys.modules:
+        raise RuntimeError(
+            f"--init-fn simeval.launch.hooks:isaaclab_app_launcher needs Isaac Lab, not installed in {sys.executable}: "
+            "run `make isaaclab` and use .venv-isaaclab/bin/python."
+        )
+    kit = importlib.util.find_spec("isaacsim") is not None
+    if kit and "torch" in sys.modules:
         raise RuntimeError("torch was imported before Isaac Lab's AppLauncher: start the app first.")
     import argparse
 
@@ -62,5 +71,17 @@ def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, de
         args.enable_cameras = True
     if device is not None:
         args.device = device
-    global _APP
-    _APP = AppLauncher(args).app
+    global _APP, _LAUNCHER_ARGS
+    _LAUNCHER_ARGS = vars(args)
+    if kit:
+        _APP = AppLauncher(args).app
+
+
+def kit_app() -> Any:
+    """Isaac Sim's app when ``isaaclab_app_launcher`` started one in this process, else None."""
+    return _APP
+
+
+def launcher_args() -> dict[str, Any]:
+    """Isaac Lab's launcher flags as ``isaaclab_app_launcher`` parsed them ({} if it did not run)."""
+    return dict(_LAUNCHER_ARGS)

@@ -45,6 +45,7 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck=None) -> EvalPlan:
 def check_env(name: str, backend: str | None = None) -> str:
     """The env backend that will run ``name`` (isaaclab, native or gymnasium); a ConfigError if none can."""
     if name.startswith("isaaclab:"):
+        check_isaaclab_task(name.split(":", 1)[1])
         return "isaaclab"
     import gymnasium
 
@@ -55,6 +56,27 @@ def check_env(name: str, backend: str | None = None) -> str:
     from simeval.envs import env_backend
 
     return env_backend(name, backend)
+
+
+def check_isaaclab_task(task: str) -> None:
+    """Isaac Lab installed and ``task`` registered, checked before any worker starts.
+
+    With Isaac Sim installed, importing Isaac Lab's tasks here would come
+    before the simulation app: only the installation is checked then.
+    """
+    import importlib.util
+
+    from simeval.envs import isaaclab
+
+    isaaclab.check_installed()
+    if importlib.util.find_spec("isaacsim") is not None:
+        return
+    tasks = isaaclab.registered_tasks()
+    if task not in tasks:
+        raise ConfigError(
+            f"unknown Isaac Lab task {task!r}: not registered (offline tasks: Simeval-Isaac-Cartpole-Direct, "
+            f"Simeval-Isaac-Cartpole; Isaac Lab's: {', '.join(t for t in tasks if t.startswith('Isaac-'))[:200]}...)."
+        )
 
 
 def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:
@@ -81,7 +103,9 @@ def build_env(
     if name.startswith("isaaclab:"):
         from simeval.envs.isaaclab import make_env as make_isaaclab_env
 
-        return make_isaaclab_env(name.split(":", 1)[1], num_envs=num_envs, device=device)
+        return make_isaaclab_env(
+            name.split(":", 1)[1], num_envs=num_envs, device=device, max_steps=max_steps, obs_norm=obs_norm
+        )
     if video_dir:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
     from simeval.envs import make_env
@@ -144,6 +168,7 @@ def make_evaluator(cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str
         keep_episodes=True,
         results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
         results_context=record_context(cfg, plan, env_backend),
+        info_keys=cfg.info_keys,
     )
 
 

@@ -23,7 +23,9 @@ def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
 
     ``observation -> MLP(tanh) -> loc``, state-independent scale. Under
     ``ExplorationType.DETERMINISTIC`` (the evaluator's default) it acts with
-    the distribution's deterministic sample; in training it samples.
+    the distribution's deterministic sample; in training it samples. Actions
+    stay in the spec's bounds; an unbounded action space (Isaac Lab's tasks,
+    which scale actions themselves) gets [-1, 1].
     """
     import torch
     from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
@@ -41,10 +43,20 @@ def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
         in_keys=["loc", "scale"],
         spec=spec,
         distribution_class=TanhNormal,
-        distribution_kwargs={"low": spec.space.low, "high": spec.space.high, "tanh_loc": False},
+        distribution_kwargs={**_bounds(spec), "tanh_loc": False},
         return_log_prob=True,
     )
     return _stamp(actor, "simeval.launch.policies:gaussian_actor", {"hidden": list(hidden)})
+
+
+def _bounds(spec) -> dict:
+    import torch
+
+    low, high = spec.space.low, spec.space.high
+    # Unbounded specs come as +-inf or as float32's extremes (gymnasium's Box(-inf, inf) through torchrl).
+    if not (low > -1e30).all() or not (high < 1e30).all():
+        low, high = -torch.ones_like(low), torch.ones_like(high)
+    return {"low": low, "high": high}
 
 
 def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
