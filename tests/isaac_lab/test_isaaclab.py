@@ -174,10 +174,17 @@ def test_bad_isaac_input_is_one_line_and_exit_2(tmp_path):
 
     # A shipped task whose assets are not on this machine: Isaac Lab is pointed at an empty local
     # asset root (no network), and the error names the offline task and ISAACSIM_ASSET_ROOT.
+    import simeval
+
+    ck = simeval.load_checkpoint(checkpoints()[-1])
+    other = simeval.save_checkpoint(
+        str(tmp_path / "step_1.pt"), ck.policy, 1, env="isaaclab:Isaac-Cartpole-Direct",
+        policy_factory=ck.policy_factory, policy_kwargs=ck.policy_kwargs,
+    )  # fmt: skip
     os.environ["ISAACSIM_ASSET_ROOT"] = str(tmp_path)
     try:
         proc = launch(
-            "--env", "isaaclab:Isaac-Cartpole-Direct", "--checkpoint", checkpoints()[-1], "--num-envs", "2",
+            "--env", "isaaclab:Isaac-Cartpole-Direct", "--checkpoint", other, "--num-envs", "2",
             "--episodes", "2", "--device", "cpu", "--out", str(tmp_path / "o"),
         )  # fmt: skip
     finally:
