@@ -153,7 +153,9 @@ def test_init_fn_runs_in_the_launcher_before_torch_and_gets_apploauncher_flags(c
 
 def test_isaaclab_env_without_isaac_lab_names_the_fix(checkpoints, tmp_path):
     # This suite's Python (3.11) has no Isaac Lab; the real package is tested in tests/isaac_lab (3.12 venv).
-    proc = cli("--env", "isaaclab:Simeval-Isaac-Cartpole-Direct", "--checkpoint", checkpoints[0], "--out", str(tmp_path))
+    proc = cli(
+        "--env", "isaaclab:Simeval-Isaac-Cartpole-Direct", "--checkpoint", checkpoints[0], "--out", str(tmp_path)
+    )
     assert proc.returncode == 2
     line = proc.stderr.strip().splitlines()[-1]
     assert "Isaac Lab 3.0 needs Python 3.12" in line and "make isaaclab" in line

@@ -174,21 +174,20 @@ def _dies_once(flag: str):
     return count_env(lengths=(3,))
 
 
+def _first_round_fails(worker: RayEvalWorker, match: str) -> None:
+    try:
+        worker.submit(None, 10)
+        with pytest.raises(EvalError, match=match):
+            _poll(worker)
+    finally:
+        worker.shutdown()
+
+
 def test_failures_are_raised_from_poll_and_the_worker_recovers(ray_cluster, tmp_path):
-    broken = RayEvalWorker(None, env_factory_that_fails, const_policy, num_gpus=0)
-    try:
-        broken.submit(None, 10)
-        with pytest.raises(EvalError, match="env factory refused to build"):
-            _poll(broken)
-    finally:
-        broken.shutdown()
-    bad_policy = RayEvalWorker(None, count_env, _policy_that_raises, num_gpus=0)
-    try:
-        bad_policy.submit(None, 10)
-        with pytest.raises(EvalError, match="policy divided by zero"):
-            _poll(bad_policy)
-    finally:
-        bad_policy.shutdown()
+    _first_round_fails(
+        RayEvalWorker(None, env_factory_that_fails, const_policy, num_gpus=0), "env factory refused to build"
+    )
+    _first_round_fails(RayEvalWorker(None, count_env, _policy_that_raises, num_gpus=0), "policy divided by zero")
     dying = RayEvalWorker(None, functools.partial(_dies_once, str(tmp_path / "died")), const_policy, num_gpus=0)
     try:
         dying.submit(_weights(const_policy(w=1.0)), 10)

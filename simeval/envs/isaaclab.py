@@ -27,6 +27,19 @@ from simeval.errors import EnvError
 
 INSTALL_HINT = "run `make isaaclab` (a Python 3.12 venv with isaaclab==3.0.0) and use .venv-isaaclab/bin/python"
 
+_LAUNCHER_ARGS: dict = {}  # Isaac Lab's launcher flags, as an init hook parsed them
+
+
+def remember_launcher_args(args: dict) -> None:
+    """Keep Isaac Lab's parsed launcher flags for the ``launch_simulation`` call that wraps env creation."""
+    _LAUNCHER_ARGS.clear()
+    _LAUNCHER_ARGS.update(args)
+
+
+def launcher_args() -> dict:
+    """Isaac Lab's launcher flags as ``remember_launcher_args`` got them ({} if no hook ran)."""
+    return dict(_LAUNCHER_ARGS)
+
 
 def default_device() -> str:
     """``cuda:0`` when this process sees a GPU, else ``cpu`` (Isaac Lab's own default is always cuda:0)."""
@@ -137,18 +150,16 @@ def _kitless_launch(cfg) -> contextlib.ExitStack:
     """Enter Isaac Lab 3's ``launch_simulation`` for ``cfg`` when no Kit app runs (it starts nothing kit-less).
 
     It validates the physics/renderer choice and applies the launcher flags the
-    init hook parsed. With Isaac Sim running (the hook started it) it is skipped.
+    init hook parsed. With Isaac Sim installed (the hook starts its app) it is skipped.
     """
     stack = contextlib.ExitStack()
-    from simeval.launch import hooks
-
-    if hooks.kit_app() is not None or importlib.util.find_spec("isaacsim") is not None:
+    if importlib.util.find_spec("isaacsim") is not None:
         return stack
     try:
         from isaaclab.app import launch_simulation
     except ImportError:  # Isaac Lab 2.x: no kit-less mode
         return stack
-    stack.enter_context(launch_simulation(cfg, dict(hooks.launcher_args())))
+    stack.enter_context(launch_simulation(cfg, launcher_args()))
     return stack
 
 

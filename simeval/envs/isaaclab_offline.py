@@ -26,8 +26,12 @@ OFFLINE_TASKS = {
 }
 
 
-def _local_cartpole(spawn):
-    return spawn.replace(usd_path=os.path.abspath(CARTPOLE_USD))
+def _offline(scene, robot: str) -> None:
+    """No ground plane, and the scene's ``robot`` asset spawned from the local cartpole USD."""
+    scene.ground = None
+    asset = getattr(scene, robot)
+    spawn = asset.spawn.replace(usd_path=os.path.abspath(CARTPOLE_USD))
+    setattr(scene, robot, asset.replace(spawn=spawn))
 
 
 @configclass
@@ -36,8 +40,7 @@ class CartpoleDirectOfflineCfg(cartpole_direct_env_cfg.CartpoleEnvCfg):
 
     def __post_init__(self):
         super().__post_init__()
-        self.scene.ground = None
-        self.scene.cartpole = self.scene.cartpole.replace(spawn=_local_cartpole(self.scene.cartpole.spawn))
+        _offline(self.scene, "cartpole")
 
 
 @configclass
@@ -46,8 +49,7 @@ class CartpoleOfflineCfg(cartpole_manager_env_cfg.CartpoleEnvCfg):
 
     def __post_init__(self):
         super().__post_init__()
-        self.scene.ground = None
-        self.scene.robot = self.scene.robot.replace(spawn=_local_cartpole(self.scene.robot.spawn))
+        _offline(self.scene, "robot")
 
 
 _CFGS = {

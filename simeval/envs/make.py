@@ -101,8 +101,6 @@ def make_env(
             task, num_envs=num_envs, device=device, seed=seed, max_steps=max_steps, obs_norm=obs_norm
         )
     backend = env_backend(name, backend)
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
     from torchrl.envs.transforms import VecNormV2
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 _APP: Any = None  # the simulation app, kept alive for the life of the process
-_LAUNCHER_ARGS: dict[str, Any] = {}  # Isaac Lab's launcher flags, for kit-less launch_simulation
 
 
 def call_hook(fn: Callable, **available: Any) -> Any:
@@ -71,17 +70,9 @@ def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, de
         args.enable_cameras = True
     if device is not None:
         args.device = device
-    global _APP, _LAUNCHER_ARGS
-    _LAUNCHER_ARGS = vars(args)
+    from simeval.envs import isaaclab as isaaclab_env  # light: no torch
+
+    isaaclab_env.remember_launcher_args(vars(args))
+    global _APP
     if kit:
         _APP = AppLauncher(args).app
-
-
-def kit_app() -> Any:
-    """Isaac Sim's app when ``isaaclab_app_launcher`` started one in this process, else None."""
-    return _APP
-
-
-def launcher_args() -> dict[str, Any]:
-    """Isaac Lab's launcher flags as ``isaaclab_app_launcher`` parsed them ({} if it did not run)."""
-    return dict(_LAUNCHER_ARGS)

@@ -100,16 +100,12 @@ def build_env(
     video_dir: str | None,
     backend: str | None = None,
 ):
-    if name.startswith("isaaclab:"):
-        from simeval.envs.isaaclab import make_env as make_isaaclab_env
-
-        return make_isaaclab_env(
-            name.split(":", 1)[1], num_envs=num_envs, device=device, max_steps=max_steps, obs_norm=obs_norm
-        )
-    if video_dir:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
     from simeval.envs import make_env
 
+    if name.startswith("isaaclab:"):  # no MuJoCo rendering or env backend there
+        return make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm)
+    if video_dir:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
     env = make_env(
         name,
         num_envs=num_envs,

@@ -9,9 +9,10 @@ import sys
 
 def recording_isaaclab_hook(argv=None, video=False, device=None):
     torch_loaded = "torch" in sys.modules
+    from simeval.envs import isaaclab
     from simeval.launch import hooks
 
     hooks.isaaclab_app_launcher(argv=argv, video=video, device=device)
-    record = {"torch_loaded_before": torch_loaded, "pid": os.getpid(), "launcher_args": hooks.launcher_args()}
+    record = {"torch_loaded_before": torch_loaded, "pid": os.getpid(), "launcher_args": isaaclab.launcher_args()}
     with open(os.environ["SIMEVAL_HOOK_RECORD"], "a") as f:
         f.write(json.dumps(record, default=str) + "\n")
