@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
-	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs]"
 	touch $@
 
 # pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).
@@ -36,13 +36,16 @@ isaaclab: $(ISAAC_STAMP)
 demo: $(STAMP)
 	$(PY) -m simeval.launch.demo
 
-test: test-core test-isaaclab
+# The Isaac Lab venv (mostly downloads and unpacking) builds while the core suite runs.
+test:
+	$(MAKE) -j2 test-core isaaclab
+	$(MAKE) test-isaaclab
 
 test-core: $(STAMP) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-isaaclab: $(ISAAC_STAMP)
-	$(ISAAC_PY) -m pytest -q tests/isaac_lab
+	$(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check simeval tests benchmarks examples

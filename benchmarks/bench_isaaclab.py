@@ -8,7 +8,7 @@ robot from a local file), the same MLP policy (4-32-32-1) in every row, determin
   (b) torchrl: ``IsaacLabWrapper(env, native_autoreset=True)`` stepped by a torchrl
       ``Collector``, no episode accounting;
   (c) simeval: ``Evaluator(make_env("isaaclab:..."), backend="thread")``, rounds of
-      exactly ``num_envs`` complete episodes with VecNorm, RewardSum and metrics.
+      exactly ``num_envs`` complete episodes with RewardSum, StepCounter and metrics.
 
 Env-steps/s, median over rounds of ``--steps`` steps per sub-env (episodes capped at
 that many steps, so a simeval round and a loop round step the same amount), for each
@@ -59,7 +59,7 @@ def bare(num_envs: int, steps: int, device: str, repeats: int) -> list[float]:
 
     from simeval.envs import isaaclab
 
-    isaaclab.registered_tasks()
+    isaaclab.check_task(TASK)
     from isaaclab_tasks.utils import parse_env_cfg
 
     cfg = parse_env_cfg(TASK, device=device, num_envs=num_envs)
@@ -112,7 +112,10 @@ def simeval_evaluator(num_envs: int, steps: int, device: str, repeats: int) -> l
     from simeval.launch.policies import mlp_policy
 
     ev = simeval.Evaluator(
-        functools.partial(make_env, f"isaaclab:{TASK}", num_envs=num_envs, device=device, max_steps=steps),
+        # No VecNorm: the other rows have no normaliser either (and a random policy has no statistics).
+        functools.partial(
+            make_env, f"isaaclab:{TASK}", num_envs=num_envs, device=device, max_steps=steps, obs_norm=False
+        ),
         policy_factory=functools.partial(mlp_policy, hidden=(32, 32)),
         num_trajectories=num_envs,
         device=device,

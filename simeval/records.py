@@ -58,9 +58,10 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
     return record
 
 
-def failed_record(path: str, message: str, step: int | None = None) -> dict[str, Any]:
+def failed_record(path: str, message: str, step: int | None = None, name: str | None = None) -> dict[str, Any]:
     """The line for a checkpoint that could not be evaluated (it is never tried again)."""
-    record = {"status": "failed", "checkpoint": path, "checkpoint_name": os.path.basename(path), "error": message}
+    name = name or os.path.basename(path)
+    record = {"status": "failed", "checkpoint": path, "checkpoint_name": name, "error": message}
     if step is not None:
         record["step"] = int(step)
     return record

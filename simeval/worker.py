@@ -145,7 +145,8 @@ class EvalWorker:
             torch.set_num_threads(1)
         # An env that resets itself inside step (Isaac Lab, torchrl's native_autoreset) has no "next"
         # RewardSum/StepCounter values at an episode's last step: the tally sums rewards and counts steps.
-        self._native_autoreset = bool(getattr(self.env, "_torchrl_native_autoreset", False))
+        # Read the instance dict as torchrl does: getattr on a batched env forwards to its sub-envs.
+        self._native_autoreset = bool(self.env.__dict__.get("_torchrl_native_autoreset", False))
         self._episode_return_key = (
             None if self._native_autoreset else _episode_return_key(self.env, self.settings.reward_key)
         )

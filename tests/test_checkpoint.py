@@ -62,7 +62,7 @@ def test_writes_are_atomic_and_leave_no_temporary_file(env, tmp_path, monkeypatc
 
 def test_foreign_files_are_clear_errors(tmp_path):
     torch.save({"weights": torch.ones(2)}, tmp_path / "plain.pt")
-    with pytest.raises(CheckpointError, match="plain.pt: not a simeval checkpoint"):
+    with pytest.raises(CheckpointError, match="plain.pt: not a checkpoint format simeval knows"):
         load_checkpoint(tmp_path / "plain.pt")
     (tmp_path / "text.pt").write_text("hello")
     with pytest.raises(CheckpointError, match="text.pt: not a readable checkpoint"):
@@ -84,3 +84,33 @@ def test_console_script_is_installed():
     script = os.path.join(os.path.dirname(sys.executable), "simeval-launch")
     proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--watch" in proc.stdout and "--headless" not in proc.stdout
+
+
+def test_format_names_the_reader_and_a_wrong_one_says_so(env, tmp_path):
+    actor = gaussian_actor(env, hidden=[8])
+    path = save_checkpoint(tmp_path / "a.pt", actor, 7, env="Hopper-v5")
+    assert load_checkpoint(path, format="simeval").step == 7
+    with pytest.raises(CheckpointError, match="a.pt: not an rsl_rl checkpoint"):
+        load_checkpoint(path, format="rsl_rl")
+    with pytest.raises(CheckpointError, match="unknown checkpoint format 'nope'"):
+        load_checkpoint(path, format="nope")
+    proc = subprocess.run(
+        [sys.executable, "-m", "simeval.launch", "--checkpoint", path, "--format", "nope"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "unknown checkpoint format 'nope': choose one of" in proc.stderr
+
+
+def test_params_yaml_is_read_as_plain_data_only(tmp_path):
+    from simeval.launch.formats.yaml_params import load_params
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "agent.yaml"
+    lines = [
+        "actor: {hidden_dims: !!python/tuple [32, 32]}",
+        f"evil: !!python/object/apply:os.system ['touch {marker}']",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    params = load_params(str(path))
+    assert params["actor"]["hidden_dims"] == [32, 32]  # Isaac Lab's tuples, as lists
+    assert isinstance(params["evil"], str) and not marker.exists()  # a tag name, never called

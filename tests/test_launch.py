@@ -110,6 +110,8 @@ def test_watch_records_a_bad_checkpoint_and_goes_on_until_step(tmp_path):
     out = tmp_path / "out"
     write_checkpoints(str(ckpt), steps=(1000, 2000))
     (ckpt / "step_0001500.pt").write_bytes(b"this is not a checkpoint")
+    old = time.time() - 60  # written a minute ago: not a file training is still writing (see watch.SETTLE_SECONDS)
+    os.utime(ckpt / "step_0001500.pt", (old, old))
     write_checkpoints(str(ckpt / "other"), steps=(1700,), hidden=(8, 8))
     os.replace(ckpt / "other" / "step_0001700.pt", ckpt / "step_0001700.pt")  # a different policy layout
     proc = _watch(ckpt, out, *SMALL, "--until-step", "2000", "--policy-kwargs", '{"hidden": [16]}')

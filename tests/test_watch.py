@@ -35,9 +35,9 @@ def load_counts(monkeypatch):
     """How often each file is loaded in full (the real loader runs)."""
     counts: dict[str, int] = {}
 
-    def counting(path):
+    def counting(path, format=None):
         counts[os.path.basename(path)] = counts.get(os.path.basename(path), 0) + 1
-        return load_checkpoint(path)
+        return load_checkpoint(path, format)
 
     monkeypatch.setattr(watch, "load_checkpoint", counting)
     return counts
@@ -61,23 +61,56 @@ def test_names_already_recorded_are_not_yielded_again(three, tmp_path):
 def test_a_file_rotated_away_before_its_turn_is_skipped(three, tmp_path, monkeypatch):
     directory = _run_dir(tmp_path, three)
 
-    def rotate_then_load(path):
+    def rotate_then_load(path, format=None):
         if path.endswith("step_0002000.pt"):
             os.unlink(path)  # training's checkpoint rotation, between the peek and the load
-        return load_checkpoint(path)
+        return load_checkpoint(path, format)
 
     monkeypatch.setattr(watch, "load_checkpoint", rotate_then_load)
     items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
     assert [ck.step for ck in items] == [1000, 3000]
 
 
-def test_an_unreadable_file_is_yielded_as_such_once(three, tmp_path):
+def test_an_unreadable_file_is_yielded_as_such_once(three, tmp_path, monkeypatch):
+    monkeypatch.setattr(watch, "SETTLE_SECONDS", 0.0)  # an old file: nobody is writing it any more
     directory = _run_dir(tmp_path, three[:1])
     with open(os.path.join(directory, "step_0000500.pt"), "wb") as f:
         f.write(b"not a checkpoint")
     items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
     assert isinstance(items[0], Unreadable) and "not a readable checkpoint" in items[0].error
     assert [ck.step for ck in items[1:]] == [3000]
+
+
+def test_a_checkpoint_written_in_place_is_read_once_complete_not_failed(three, tmp_path):
+    """rsl_rl, skrl and rl_games torch.save straight into the final name: a scan can see half a file."""
+    directory = _run_dir(tmp_path, [], done=False)
+    data = open(three[0], "rb").read()
+    target = os.path.join(directory, "model_7.pt")
+    with open(target, "wb") as f:
+        f.write(data[: len(data) // 2])
+    stop, items = threading.Event(), []
+    thread = threading.Thread(target=lambda: items.extend(Watcher(directory, set(), stop, poll_interval=0.05)))
+    thread.start()
+    try:
+        thread.join(0.5)  # several scans see the truncated file
+        assert items == []
+        with open(target, "wb") as f:
+            f.write(data)
+        open(os.path.join(directory, "DONE"), "w").close()
+        thread.join(20)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert [type(i).__name__ for i in items] == ["Checkpoint"] and items[0].step == 3000
+
+
+def test_a_truncated_file_left_at_done_is_recorded_as_unreadable(tmp_path):
+    directory = _run_dir(tmp_path, [])
+    with open(os.path.join(directory, "model_9.pt"), "wb") as f:
+        f.write(b"PK\x03\x04 truncated")
+    (item,) = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
+    assert isinstance(item, Unreadable) and item.path.endswith("model_9.pt")
 
 
 def test_the_recorded_hash_is_of_the_bytes_that_were_evaluated(three, tmp_path):

@@ -70,6 +70,19 @@ def registered_tasks() -> list[str]:
     return sorted(k for k in gym.registry if k.startswith(("Isaac-", "Simeval-Isaac-")))
 
 
+def check_task(task: str) -> None:
+    """Isaac Lab installed and ``task`` a registered gymnasium id; an EnvError naming the fix otherwise."""
+    check_installed()
+    import gymnasium as gym
+
+    tasks = registered_tasks()
+    if task not in gym.registry:
+        raise EnvError(
+            f"unknown Isaac Lab task {task!r}: registered ids include {', '.join(_examples(tasks))} "
+            f"(offline, no asset server needed: Simeval-Isaac-Cartpole-Direct, Simeval-Isaac-Cartpole)."
+        )
+
+
 def make_env(
     task: str,
     *,
@@ -84,15 +97,8 @@ def make_env(
     ``max_steps`` shortens the task's own episode length (Isaac Lab then
     times the episode out itself); ``seed`` is Isaac Lab's ``cfg.seed``.
     """
-    check_installed()
+    check_task(task)
     import gymnasium as gym
-
-    tasks = registered_tasks()
-    if task not in gym.registry:
-        raise EnvError(
-            f"unknown Isaac Lab task {task!r}: registered ids include {', '.join(_examples(tasks))} "
-            f"(offline, no asset server needed: Simeval-Isaac-Cartpole-Direct, Simeval-Isaac-Cartpole)."
-        )
     from isaaclab_tasks.utils import parse_env_cfg
 
     device = device or default_device()
@@ -103,7 +109,7 @@ def make_env(
         step_dt = cfg.sim.dt * cfg.decimation
         # A hair under max_steps * dt, so float rounding cannot add a step.
         cfg.episode_length_s = (max_steps - 0.5) * step_dt
-    launch = _kitless_launch(cfg)
+    launch = launch_for(cfg)
     try:
         base = gym.make(task, cfg=cfg)
     except FileNotFoundError as e:
@@ -146,7 +152,7 @@ def _wrap(base, device: str, obs_norm: bool, launch: contextlib.ExitStack):
     return out
 
 
-def _kitless_launch(cfg) -> contextlib.ExitStack:
+def launch_for(cfg) -> contextlib.ExitStack:
     """Enter Isaac Lab 3's ``launch_simulation`` for ``cfg`` when no Kit app runs (it starts nothing kit-less).
 
     It validates the physics/renderer choice and applies the launcher flags the

@@ -78,8 +78,10 @@ class Session:
         return make_record(
             evaluation.result,
             checkpoint=ck.path,
-            checkpoint_name=os.path.basename(ck.path),
+            checkpoint_name=checkpoint_name(ck.path, self.cfg.watch),
             checkpoint_sha256=ck.sha256,
+            checkpoint_format=ck.meta.get("format", "simeval"),
+            **({"architecture": ck.meta["architecture"]} if "architecture" in ck.meta else {}),
             wall_time=round(evaluation.seconds, 3),
             **record_context(self.cfg, self.plan, self.env_backend),
         )
@@ -127,7 +129,7 @@ def run(parsed: Parsed, out: str) -> int:
         if cfg.source == "checkpoint":
             from simeval.launch.checkpoint import load_checkpoint
 
-            return evaluate_all([load_checkpoint(cfg.checkpoint)], session, log, keep_going=False)
+            return evaluate_all([load_checkpoint(cfg.checkpoint, cfg.format)], session, log, keep_going=False)
         return watch(session, log)
     finally:
         session.close()
@@ -145,7 +147,13 @@ def watch(session: Session, log) -> int:
         print(f"reached --until-step {session.cfg.until_step}; done.", flush=True)
         return 0
     cfg = session.cfg
-    return evaluate_all(Watcher(cfg.watch, seen, session.stop, cfg.poll_interval), session, log, keep_going=True)
+    watcher = Watcher(cfg.watch, seen, session.stop, cfg.poll_interval, cfg.format)
+    return evaluate_all(watcher, session, log, keep_going=True)
+
+
+def checkpoint_name(path: str, watch_dir: str | None) -> str:
+    """How results.jsonl names a checkpoint: its path inside the watched directory, else its file name."""
+    return os.path.relpath(path, watch_dir) if watch_dir else os.path.basename(path)
 
 
 def _reached(until: int | None, steps: list[int]) -> bool:
@@ -160,8 +168,9 @@ def evaluate_all(source: Iterable, session: Session, log, *, keep_going: bool) -
     from simeval.records import failed_record
 
     def fail(path: str, message: str, step: int | None = None) -> None:
-        print(f"checkpoint {os.path.basename(path)} failed: {message}", flush=True)
-        log.append(failed_record(path, message, step))
+        name = checkpoint_name(path, session.cfg.watch)
+        print(f"checkpoint {name} failed: {message}", flush=True)
+        log.append(failed_record(path, message, step, name))
 
     for ck in source:
         if isinstance(ck, Unreadable):
@@ -170,9 +179,12 @@ def evaluate_all(source: Iterable, session: Session, log, *, keep_going: bool) -
         try:
             evaluation = session.evaluate(ck)
         except (CheckpointError, EvalError, ValueError) as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if not keep_going:
-                raise
-            fail(ck.path, str(exc).strip().splitlines()[0], ck.step)
+                if ck.path in message:
+                    raise
+                raise CheckpointError(f"{ck.path}: {message}") from exc  # the one line names the file
+            fail(ck.path, message, ck.step)
             continue
         if evaluation is None:
             print(

@@ -1,5 +1,7 @@
 """Checkpoints that cannot run code: tensors and plain data, loaded with weights_only.
 
+simeval's own format is below; other libraries' are read by ``simeval.launch.formats``.
+
 Format (a ``torch.save``'d dict, read back with ``torch.load(weights_only=True)``):
 
     format          "simeval-checkpoint/1"
@@ -18,16 +20,12 @@ watcher never sees half a file.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import pickle
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
-
-from simeval.settings import canonical_ref
 
 FORMAT = "simeval-checkpoint/1"
 _SEP = "/"
@@ -47,6 +45,7 @@ class Checkpoint:
     policy_factory: str | None = None
     policy_kwargs: dict = field(default_factory=dict)
     sha256: str | None = None  # of the bytes that were loaded (what was evaluated)
+    meta: dict = field(default_factory=dict)  # format, and where a foreign format's architecture came from
 
     @property
     def weights_dict(self) -> dict[str, Any]:
@@ -69,7 +68,7 @@ def _flatten(td) -> dict[str, Any]:
     return out
 
 
-def _unflatten(flat: dict[str, Any]):
+def unflatten(flat: dict[str, Any]):
     from tensordict import TensorDict
 
     td = TensorDict()
@@ -117,27 +116,9 @@ def save_checkpoint(
         "policy_factory": policy_factory,
         "policy_kwargs": policy_kwargs,
     }
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; evaluators may run as another user
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
+    from simeval.atomic import write_atomically
+
+    return write_atomically(path, lambda f: torch.save(payload, f))
 
 
 def _refusal(path: str, exc: Exception) -> CheckpointError:
@@ -150,44 +131,63 @@ def _refusal(path: str, exc: Exception) -> CheckpointError:
     return CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {reason}).")
 
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Read a checkpoint without unpickling arbitrary objects.
+def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Checkpoint:
+    """Read a checkpoint of any format simeval knows, without unpickling arbitrary objects.
 
-    The file is read once: its sha256 (``Checkpoint.sha256``) is that of the
-    bytes loaded, so a file replaced afterwards cannot be recorded with the
-    wrong hash. Raises CheckpointError (one line, naming the file) for a
-    missing, truncated, corrupt, foreign or code-carrying file.
+    The format is recognised by content (``format`` names it instead: one of
+    ``simeval.launch.formats.names()``). The file is read once: its sha256
+    (``Checkpoint.sha256``) is that of the bytes loaded, so a file replaced
+    afterwards cannot be recorded with the wrong hash. Raises CheckpointError
+    (one line, naming the file) for a missing, truncated, corrupt, foreign or
+    code-carrying file.
     """
-    import torch
+    from simeval.launch import formats
 
     path = os.fspath(path)
+    _check_format(format)
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint file.") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: a directory, not a checkpoint file (--watch takes a run directory).") from None
+    data, err = formats.torch_data(raw)
+    if isinstance(err, pickle.UnpicklingError) and formats.detect(path, raw, None) is None:
+        # A torch file that carries code: refused, whatever --format says. Files of a format read without
+        # torch (ONNX: the weights-only unpickler fails on its first byte) go to that format's reader.
+        raise _refusal(path, err)
     try:
-        data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - a pickle refusal, a truncated zip, not a torch file, ...
-        raise _refusal(path, exc) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a simeval checkpoint (no format {FORMAT!r}).")
-    try:
-        return Checkpoint(
-            path=path,
-            step=int(data["step"]),
-            env=data.get("env"),
-            policy=_unflatten(data["policy"]),
-            obs_norm=None if data.get("obs_norm") is None else _unflatten(data["obs_norm"]),
-            policy_factory=canonical_ref(data["policy_factory"]) if data.get("policy_factory") else None,
-            policy_kwargs=dict(data.get("policy_kwargs") or {}),
-            sha256=hashlib.sha256(raw).hexdigest(),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: malformed simeval checkpoint ({type(exc).__name__}: {exc}).") from None
+        name = format or formats.detect(path, raw, data)
+        if name is None:
+            raise _refusal(path, err) if err is not None and not raw.startswith(b"PK") else _unknown(path)
+        ck = formats.module(name).read(path, raw, data)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = f"{format or name} checkpoint" if (format or name) else "checkpoint"
+        raise CheckpointError(f"{path}: malformed {what} ({type(exc).__name__}: {exc}).") from None
+    ck.sha256 = hashlib.sha256(raw).hexdigest()
+    return ck
 
 
-def peek_step(path: str | os.PathLike) -> int:
+def _check_format(format: str | None) -> None:
+    from simeval.launch import formats
+
+    if format is not None and format not in formats.names():
+        raise CheckpointError(f"unknown checkpoint format {format!r}: one of {', '.join(formats.names())}.")
+
+
+def _unknown(path: str) -> CheckpointError:
+    from simeval.launch import formats
+
+    return CheckpointError(
+        f"{path}: not a checkpoint format simeval knows ({', '.join(formats.names())}); "
+        "name one with --format if the file is one."
+    )
+
+
+def peek_step(path: str | os.PathLike, format: str | None = None) -> int:
     """A checkpoint's step, without reading its tensors (memory-mapped, weights_only).
 
     The watcher orders a backlog by step with this and loads each checkpoint
@@ -195,19 +195,32 @@ def peek_step(path: str | os.PathLike) -> int:
     """
     import torch
 
+    from simeval.launch import formats
+
     path = os.fspath(path)
+    _check_format(format)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: no such checkpoint file.")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such checkpoint file.") from None
-    except Exception as exc:  # noqa: BLE001
-        raise _refusal(path, exc) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a simeval checkpoint (no format {FORMAT!r}).")
+        data, err = torch.load(path, map_location="cpu", weights_only=True, mmap=True), None
+    except Exception as exc:  # noqa: BLE001 - not a torch file (a zip, ONNX), or one that is refused
+        data, err = None, exc
+    if isinstance(err, pickle.UnpicklingError) and formats.detect(path, None, None) is None:
+        raise _refusal(path, err)
     try:
-        return int(data["step"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: malformed simeval checkpoint ({type(exc).__name__}: {exc}).") from None
+        name = format or formats.detect(path, None, data)
+        if name is None:
+            raise _refusal(path, err) if err is not None and not _is_zip(path) else _unknown(path)
+        return int(formats.module(name).step_of(path, data))
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: malformed checkpoint ({type(exc).__name__}: {exc}).") from None
+
+
+def _is_zip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"PK"
 
 
 def file_hash(path: str | os.PathLike) -> str:

@@ -15,10 +15,12 @@ from typing import Any
 
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
 from simeval.envs import ENV_BACKENDS  # how MuJoCo envs are built: native, gymnasium
+from simeval.launch.formats import names as _format_names
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
 SOURCES = ("checkpoint", "watch", "serve")
+CHECKPOINT_FORMATS = tuple(_format_names())
 # A site's default device (slurm/eval.sh sets cuda:0 when the job has a GPU), used
 # only when neither a flag nor the profile names one.
 DEVICE_ENV = "SIMEVAL_DEFAULT_DEVICE"
@@ -64,6 +66,9 @@ class LaunchConfig:
     )
     checkpoint: str | None = _opt(None, "evaluate this checkpoint once")
     watch: str | None = _opt(None, "evaluate every checkpoint written to this directory, once, in step order")
+    format: str | None = _opt(
+        None, f"checkpoint format, when recognising it by content is not wanted: {', '.join(CHECKPOINT_FORMATS)}"
+    )
     serve: str | None = _opt(None, "serve a named Ray evaluator that training reaches with simeval.connect(NAME)")
     out: str | None = _opt(None, "results directory (default: runs/<timestamp>)")
     logger: str = _opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
@@ -81,6 +86,10 @@ class LaunchConfig:
         for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: choose one of {', '.join(choices)}.")
+        if self.format is not None and self.format not in CHECKPOINT_FORMATS:
+            raise ConfigError(
+                f"unknown checkpoint format {self.format!r}: choose one of {', '.join(CHECKPOINT_FORMATS)}."
+            )
         if self.env_backend is not None and self.env_backend not in ENV_BACKENDS:
             raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {', '.join(ENV_BACKENDS)}.")
         if self.launcher != "docker":

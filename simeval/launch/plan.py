@@ -32,6 +32,11 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck=None) -> EvalPlan:
     from simeval.launch.policies import DEFAULT_FACTORY
 
     env = cfg.env
+    if ck is not None and not ck.env and ck.meta.get("format", "simeval") != "simeval" and "env" not in explicit:
+        raise CheckpointError(
+            f"{ck.path}: a {ck.meta['format']} checkpoint does not record its env: name it with --env "
+            "(e.g. --env isaaclab:Simeval-Isaac-Cartpole-Direct)."
+        )
     if ck is not None and ck.env:
         if "env" in explicit and ck.env != cfg.env:
             raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {cfg.env}.")
@@ -68,15 +73,10 @@ def check_isaaclab_task(task: str) -> None:
 
     from simeval.envs import isaaclab
 
-    isaaclab.check_installed()
     if importlib.util.find_spec("isaacsim") is not None:
-        return
-    tasks = isaaclab.registered_tasks()
-    if task not in tasks:
-        raise ConfigError(
-            f"unknown Isaac Lab task {task!r}: not registered (offline tasks: Simeval-Isaac-Cartpole-Direct, "
-            f"Simeval-Isaac-Cartpole; Isaac Lab's: {', '.join(t for t in tasks if t.startswith('Isaac-'))[:200]}...)."
-        )
+        isaaclab.check_installed()
+    else:
+        isaaclab.check_task(task)
 
 
 def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:

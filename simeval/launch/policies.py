@@ -13,7 +13,7 @@ from typing import Any
 FACTORY_ATTR = "_simeval_factory"
 
 
-def _stamp(policy, name: str, kwargs: dict[str, Any]):
+def stamp(policy, name: str, kwargs: dict[str, Any]):
     object.__setattr__(policy, FACTORY_ATTR, (name, dict(kwargs)))
     return policy
 
@@ -46,7 +46,7 @@ def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
         distribution_kwargs={**_bounds(spec), "tanh_loc": False},
         return_log_prob=True,
     )
-    return _stamp(actor, "simeval.launch.policies:gaussian_actor", {"hidden": list(hidden)})
+    return stamp(actor, "simeval.launch.policies:gaussian_actor", {"hidden": list(hidden)})
 
 
 def _bounds(spec) -> dict:
@@ -72,7 +72,7 @@ def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
         torch.nn.Tanh(),
     )
     policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
-    return _stamp(policy, "simeval.launch.policies:mlp_policy", {"hidden": list(hidden)})
+    return stamp(policy, "simeval.launch.policies:mlp_policy", {"hidden": list(hidden)})
 
 
 DEFAULT_FACTORY = "simeval.launch.policies:gaussian_actor"

@@ -8,18 +8,28 @@ restart-safe because the consumer passes the names already in
 cheap step peek per new file (memory-mapped, cached by name, size and
 mtime), not a full load per file per scan. It stops when ``stop`` is set,
 or when a ``DONE`` file appears and every checkpoint has been yielded.
+
+Which files count is each format's ``WATCH`` patterns (simeval's ``*.pt``,
+rsl_rl's ``model_*.pt``, skrl's ``checkpoints/agent_*.pt``, ...); a file's name
+is its path relative to the directory. Training libraries other than simeval
+write checkpoints in place, not atomically: a file that cannot be read yet and
+changed in the last ``SETTLE_SECONDS`` is tried again on a later scan instead of
+being recorded as failed.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from simeval.launch.checkpoint import Checkpoint, CheckpointError, load_checkpoint, peek_step
 
 DONE_FILE = "DONE"
+SETTLE_SECONDS = 10.0
 
 
 @dataclass
@@ -32,8 +42,16 @@ class Unreadable:
 
 
 class Watcher:
-    def __init__(self, directory: str, seen: set[str], stop: threading.Event, poll_interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        directory: str,
+        seen: set[str],
+        stop: threading.Event,
+        poll_interval: float = 2.0,
+        format: str | None = None,
+    ) -> None:
         self.directory = directory
+        self.format = format
         self.seen = set(seen)
         self.stop = stop
         self.poll_interval = poll_interval
@@ -43,7 +61,8 @@ class Watcher:
         while not self.stop.is_set():
             item = self._next()
             if item is None and os.path.exists(os.path.join(self.directory, DONE_FILE)):
-                item = self._next()  # one more look: a checkpoint written just before DONE
+                # One more look: a checkpoint written just before DONE; training is over, so nothing settles.
+                item = self._next(final=True)
                 if item is None:
                     print(f"{DONE_FILE} found and every checkpoint evaluated; done.", flush=True)
                     return
@@ -52,7 +71,7 @@ class Watcher:
                 continue
             yield item
 
-    def _next(self) -> Checkpoint | Unreadable | None:
+    def _next(self, final: bool = False) -> Checkpoint | Unreadable | None:
         """The lowest-step new checkpoint, loaded; an Unreadable; or None when there is none."""
         while True:
             ready = []
@@ -60,39 +79,57 @@ class Watcher:
                 try:
                     ready.append((self._step_of(name, path), name, path))
                 except (FileNotFoundError, CheckpointError) as exc:
-                    if not os.path.exists(path):
-                        continue  # rotated away between listing and peeking
+                    if not os.path.exists(path) or (not final and _settling(path)):
+                        continue  # rotated away between listing and peeking, or still being written
                     self.seen.add(name)
                     return Unreadable(path, str(exc))
             if not ready:
                 return None
             step, name, path = min(ready)
-            self.seen.add(name)
             try:
-                return load_checkpoint(path)
+                ck = load_checkpoint(path, self.format)
             except CheckpointError as exc:
                 if not os.path.exists(path):
+                    self.seen.add(name)
                     print(f"checkpoint {name} disappeared before its evaluation; skipped.", flush=True)
                     continue
+                if not final and _settling(path):
+                    return None  # a later scan reads it whole
+                self.seen.add(name)
                 return Unreadable(path, str(exc), step)
+            self.seen.add(name)
+            return ck
 
     def _candidates(self) -> list[tuple[str, str]]:
-        """Checkpoint files not yet seen (temporary files of atomic writes start with '.')."""
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        return [
-            (n, os.path.join(self.directory, n))
-            for n in names
-            if n.endswith(".pt") and not n.startswith(".") and n not in self.seen
-        ]
+        """Checkpoint files not yet seen, as (name relative to the directory, path).
+
+        Temporary files of atomic writes start with '.'.
+        """
+        from simeval.launch import formats
+
+        patterns = formats.module(self.format).WATCH if self.format else formats.watch_patterns()
+        found = {}
+        root = glob.escape(self.directory)
+        for pattern in patterns:
+            for path in glob.glob(os.path.join(root, pattern)):
+                name = os.path.relpath(path, self.directory)
+                if not os.path.basename(name).startswith(".") and name not in self.seen and os.path.isfile(path):
+                    found[name] = path
+        return sorted(found.items())
 
     def _step_of(self, name: str, path: str) -> int:
         st = os.stat(path)
         stamp = (st.st_size, st.st_mtime_ns)
         cached = self._steps.get(name)
         if cached is None or cached[0] != stamp:
-            cached = (stamp, peek_step(path))
+            cached = (stamp, peek_step(path, self.format))
             self._steps[name] = cached
         return cached[1]
+
+
+def _settling(path: str) -> bool:
+    """Changed within SETTLE_SECONDS: a library may still be writing it."""
+    try:
+        return time.time() - os.stat(path).st_mtime < SETTLE_SECONDS
+    except FileNotFoundError:
+        return False

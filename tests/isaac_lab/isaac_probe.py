@@ -3,11 +3,15 @@
     python isaac_probe.py evaluate BACKEND CHECKPOINT OUT.json [--device cpu] [--episodes 6] ...
     python isaac_probe.py bare CHECKPOINT OUT.json [--device cpu] ...
     python isaac_probe.py layout OUT.json [--device cpu]
+    python isaac_probe.py rsl_rl CHECKPOINT OUT.json [--device cpu] ...
 
 ``evaluate`` runs simeval's Evaluator on the offline Isaac Lab cartpole with a
 checkpoint's weights and VecNorm statistics; ``bare`` steps the same env with
 the same policy in a plain loop (no simeval rollout code) and reports each
-sub-env's first episode; ``layout`` describes what make_env built.
+sub-env's first episode; ``layout`` describes what make_env built; ``rsl_rl``
+plays an rsl_rl checkpoint the way Isaac Lab's play script does (rsl_rl's own
+runner and inference policy), reports each sub-env's first episode, and how far
+simeval's rebuilt actor's actions are from rsl_rl's on the observations seen.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ def evaluate(a) -> None:
     from simeval.launch.plan import build_policy
 
     ck = simeval.load_checkpoint(ckpt_path)
+    norm = ck.obs_norm is not None  # rsl_rl normalises inside its actor; a simeval checkpoint carries VecNorm
     ev = simeval.Evaluator(
-        functools.partial(make_env, TASK, num_envs=a.num_envs, device=a.device, max_steps=a.max_steps),
+        functools.partial(make_env, TASK, num_envs=a.num_envs, device=a.device, max_steps=a.max_steps, obs_norm=norm),
         policy_factory=functools.partial(build_policy, ck.policy_factory, ck.policy_kwargs),
         num_trajectories=a.episodes,
         backend=backend,
@@ -79,7 +84,7 @@ def bare(a) -> None:
     policy = build_policy(ck.policy_factory, ck.policy_kwargs, env).to(a.device)
     vecnorm = env.transform[2]
     load_weights(policy, ck.policy.to(a.device), "policy")
-    load_weights(vecnorm, ck.obs_norm.to(a.device), OBS_NORM_ID)
+    load_weights(vecnorm, ck.obs_norm.to(a.device), OBS_NORM_ID)  # a simeval checkpoint with VecNorm statistics
     vecnorm.freeze()
     torch.manual_seed(a.seed)
     env.set_seed(a.seed)
@@ -100,6 +105,60 @@ def bare(a) -> None:
     _write(out, {"returns": returns})
 
 
+def rsl_rl(a) -> None:
+    ckpt_path, out = a.rest
+    import gymnasium as gym
+    import torch
+    from isaaclab_rl.rsl_rl import (
+        RslRlVecEnvWrapper,
+        check_rsl_rl_version,
+        create_rsl_rl_runner,
+        handle_deprecated_rsl_rl_cfg,
+    )
+    from isaaclab_tasks.utils import load_cfg_from_registry, parse_env_cfg
+    from tensordict.nn import TensorDictModule
+
+    import simeval
+    from simeval.envs import isaaclab
+    from simeval.launch.formats.rsl_rl_net import RslRlActor
+    from simeval.weights import load_weights
+
+    task = TASK.split(":", 1)[1]
+    isaaclab.check_task(task)
+    env_cfg = parse_env_cfg(task, device=a.device, num_envs=a.num_envs)
+    env_cfg.seed = a.seed
+    env_cfg.episode_length_s = (a.max_steps - 0.5) * env_cfg.sim.dt * env_cfg.decimation
+    agent_cfg = load_cfg_from_registry(task, "rsl_rl_cfg_entry_point")
+    agent_cfg = handle_deprecated_rsl_rl_cfg(agent_cfg, check_rsl_rl_version())
+    agent_cfg.device = a.device
+    with isaaclab.launch_for(env_cfg):
+        env = RslRlVecEnvWrapper(gym.make(task, cfg=env_cfg), clip_actions=agent_cfg.clip_actions)
+        runner = create_rsl_rl_runner(env, agent_cfg, log_dir=None)
+        runner.load(ckpt_path, map_location=a.device)
+        policy = runner.get_inference_policy(device=a.device)
+        ck = simeval.load_checkpoint(ckpt_path)
+        obs_dim, act_dim = ck.meta["obs_dim"], ck.meta["action_dim"]
+        ours = TensorDictModule(RslRlActor(obs_dim, act_dim, **ck.policy_kwargs), ["observation"], ["action"])
+        load_weights(ours, ck.policy, "policy")
+        returns = [None] * a.num_envs
+        total = torch.zeros(a.num_envs, dtype=torch.float64)
+        max_diff = 0.0
+        obs = env.get_observations()
+        with torch.inference_mode():
+            while any(r is None for r in returns):
+                actions = policy(obs)
+                mine = ours.module(obs["policy"].cpu())
+                max_diff = max(max_diff, float((mine - actions.cpu()).abs().max()))
+                obs, rew, dones, _ = env.step(actions)
+                total += rew.reshape(-1).double().cpu()
+                for e in dones.reshape(-1).nonzero().flatten().tolist():
+                    if returns[e] is None:
+                        returns[e] = float(total[e])
+                    total[e] = 0.0
+        env.close()
+    _write(out, {"returns": returns, "max_action_diff": max_diff, "architecture": ck.meta["architecture"]})
+
+
 def layout(a) -> None:
     (out,) = a.rest
     from simeval.envs import OBS_NORM_ID, make_env
@@ -117,7 +176,7 @@ def layout(a) -> None:
             "obs_shape": list(td["observation"].shape),
             "log_keys": sorted("/".join(k[2:]) for k in td.keys(True, True) if k[:2] == ("next", "log")),
             "done_steps": td["next", "done"].reshape(a.num_envs, -1).nonzero()[:, 1].tolist(),
-            "native_autoreset": bool(getattr(env, "_torchrl_native_autoreset", False)),
+            "native_autoreset": bool(env.__dict__.get("_torchrl_native_autoreset", False)),
         },
     )
     env.close()
@@ -126,4 +185,4 @@ def layout(a) -> None:
 if __name__ == "__main__":
     args = _args(sys.argv[1:])
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    {"evaluate": evaluate, "bare": bare, "layout": layout}[args.what](args)
+    {"evaluate": evaluate, "bare": bare, "layout": layout, "rsl_rl": rsl_rl}[args.what](args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -21,7 +22,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PROBE = os.path.join(HERE, "isaac_probe.py")
 TASK = "isaaclab:Simeval-Isaac-Cartpole-Direct"
-RUN = os.path.join(REPO, "simeval", "data", "isaaclab_cartpole_ppo")
+DATA = os.path.join(REPO, "simeval", "data")
+# A short rsl_rl run (examples/train_rsl_rl.py, Isaac Lab's cartpole PPO config): model_0 is untrained,
+# model_149 balances the pole. Isaac Lab's run layout: params/agent.yaml beside model_<iteration>.pt.
+RUN = os.path.join(DATA, "isaaclab_cartpole_rsl_rl")
+# A simeval checkpoint (examples/train_ppo.py) carrying VecNorm statistics from training.
+VECNORM_CKPT = os.path.join(DATA, "isaaclab_cartpole_ppo", "step_000245760.pt")
 
 pytestmark = [pytest.mark.required, pytest.mark.timeout(1200)]
 
@@ -60,8 +66,12 @@ def launch(*args: str, timeout: float = 420) -> subprocess.CompletedProcess:
     return _run("-m", "simeval.launch", *args, timeout=timeout)
 
 
+def iteration(path: str) -> int:
+    return int(os.path.basename(path)[len("model_") : -len(".pt")])
+
+
 def checkpoints() -> list[str]:
-    return sorted(os.path.join(RUN, n) for n in os.listdir(RUN) if n.endswith(".pt"))
+    return sorted((os.path.join(RUN, n) for n in os.listdir(RUN) if n.endswith(".pt")), key=iteration)
 
 
 def read_results(out) -> list[dict]:
@@ -83,7 +93,7 @@ def test_make_env_builds_the_real_isaac_lab_task_with_simevals_transform_layout(
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_backend_gives_the_same_numbers_as_a_bare_loop(tmp_path, device):
-    ckpt = checkpoints()[-1]
+    ckpt = VECNORM_CKPT  # VecNorm statistics from training, applied frozen on every backend
     bare = probe(tmp_path, "bare", ckpt, "--device", device, "--num-envs", "4", "--episodes", "4")
     by_backend = {}
     for backend in ("thread", "process", "ray"):
@@ -136,11 +146,26 @@ def test_launcher_watch_evaluates_every_checkpoint_of_an_isaac_lab_run(tmp_path)
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = sorted(read_results(out), key=lambda r: r["step"])
-    assert [r["step"] for r in records] == sorted(int(os.path.basename(p)[5:-3]) for p in checkpoints())
+    assert [r["step"] for r in records] == [iteration(p) for p in checkpoints()]  # rsl_rl's iterations, in order
     for r in records:
         assert r["status"] == "ok" and r["metrics"]["num_episodes"] == 8
         assert 0.0 <= r["metrics"]["success_rate"] <= 1.0
-    assert records[0]["episode_returns"] != records[-1]["episode_returns"]  # each checkpoint's own weights
+    untrained, trained = records[0]["metrics"], records[-1]["metrics"]
+    assert trained["reward"] > untrained["reward"] + 3.0  # rsl_rl's training shows through simeval
+    assert trained["success_rate"] >= 0.9 and untrained["success_rate"] <= 0.1
+
+
+def test_rsl_rl_checkpoint_acts_and_scores_as_rsl_rls_own_play_loop(tmp_path):
+    ckpt = checkpoints()[-1]
+    n = 16
+    theirs = probe(tmp_path, "rsl_rl", ckpt, "--num-envs", str(n), "--max-steps", "300", "--seed", "5")
+    assert theirs["max_action_diff"] <= 1e-5  # simeval's actor is rsl_rl's inference policy
+    assert theirs["architecture"] == os.path.join("params", "agent.yaml")
+    (ours,) = probe(tmp_path, "evaluate", "thread", ckpt, "--num-envs", str(n), "--episodes", str(n),
+                    "--max-steps", "300", "--seed", "5")[:1]  # fmt: skip
+    a, b = theirs["returns"], ours["eval/episode_returns"]
+    se = (statistics.pvariance(a) / len(a) + statistics.pvariance(b) / len(b)) ** 0.5
+    assert abs(statistics.fmean(a) - statistics.fmean(b)) <= 4 * se + 0.05
 
 
 @pytest.mark.parametrize("backend", ["process", "ray"])
@@ -172,19 +197,17 @@ def test_bad_isaac_input_is_one_line_and_exit_2(tmp_path):
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert "unknown Isaac Lab task 'Isaac-No-Such-Task'" in line and "Simeval-Isaac-Cartpole-Direct" in line
 
+    # An rsl_rl checkpoint does not say which task it was trained on: the launcher asks for --env.
+    proc = launch("--checkpoint", checkpoints()[-1], timeout=180)
+    assert proc.returncode == 2
+    assert "does not record its env: name it with --env" in proc.stderr.strip().splitlines()[-1]
+
     # A shipped task whose assets are not on this machine: Isaac Lab is pointed at an empty local
     # asset root (no network), and the error names the offline task and ISAACSIM_ASSET_ROOT.
-    import simeval
-
-    ck = simeval.load_checkpoint(checkpoints()[-1])
-    other = simeval.save_checkpoint(
-        str(tmp_path / "step_1.pt"), ck.policy, 1, env="isaaclab:Isaac-Cartpole-Direct",
-        policy_factory=ck.policy_factory, policy_kwargs=ck.policy_kwargs,
-    )  # fmt: skip
     os.environ["ISAACSIM_ASSET_ROOT"] = str(tmp_path)
     try:
         proc = launch(
-            "--env", "isaaclab:Isaac-Cartpole-Direct", "--checkpoint", other, "--num-envs", "2",
+            "--env", "isaaclab:Isaac-Cartpole-Direct", "--checkpoint", checkpoints()[-1], "--num-envs", "2",
             "--episodes", "2", "--device", "cpu", "--out", str(tmp_path / "o"),
         )  # fmt: skip
     finally:

@@ -1,0 +1,205 @@
+"""Export a checkpoint's deterministic actor (``obs -> actions``) to ONNX or TorchScript for deployment.
+
+    python -m simeval.export runs/exp1/ckpt/step_000500000.pt --to onnx
+    python -m simeval.export logs/rsl_rl/cartpole/model_299.pt --to torchscript --env isaaclab:Isaac-Cartpole-v0
+
+Any checkpoint simeval reads (``load_checkpoint``) is rebuilt for its env (or
+``--env``), its weights loaded, and the action the evaluator takes
+(``ExplorationType.DETERMINISTIC``) written as one module with the
+observation normaliser folded in: a simeval checkpoint's VecNorm statistics,
+or a library's normaliser, which is already inside its actor. Before the file
+is used, the written model is run on a batch of observations and compared with
+the policy itself; a mismatch is an error, not a file. ``python -m
+simeval.launch --checkpoint policy.onnx`` evaluates an ONNX export
+(:mod:`simeval.launch.formats.onnx`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+TARGETS = ("onnx", "torchscript")
+TOLERANCE = 1e-4  # the export check: max |written - policy| <= TOLERANCE * max(1, max |action|)
+
+
+@dataclass
+class ExportResult:
+    path: str
+    to: str
+    env: str
+    step: int
+    obs_dim: int
+    action_dim: int
+    obs_norm: bool  # VecNorm statistics folded in
+    actor: str  # how the deterministic action was derived
+    max_error: float  # max |written - policy| on the check's observations
+    source_format: str = "simeval"
+
+    def describe(self) -> str:
+        norm = "VecNorm folded in" if self.obs_norm else "no VecNorm statistics"
+        if not self.obs_norm and self.source_format != "simeval":
+            norm = f"{self.source_format}'s actor as it is (its normaliser, if any, inside)"
+        return (
+            f"wrote {self.path} ({self.to}; {self.env}, step {self.step}; obs [batch, {self.obs_dim}] -> actions "
+            f"[batch, {self.action_dim}]; {norm}; actor: {self.actor}; max |exported - policy| {self.max_error:.1e})"
+        )
+
+
+def default_out(checkpoint: str | os.PathLike, to: str) -> str:
+    """``<checkpoint dir>/exported/<stem>.onnx|.pt``: beside the checkpoint, as Isaac Lab's play script does.
+
+    A folder of its own keeps a ``.pt`` export from overwriting a ``.pt``
+    checkpoint of the same stem, and exports out of ``--watch``'s patterns.
+    """
+    from simeval.export.writers import SUFFIXES
+
+    checkpoint = os.path.abspath(os.fspath(checkpoint))
+    stem = os.path.splitext(os.path.basename(checkpoint))[0]
+    return os.path.join(os.path.dirname(checkpoint), "exported", stem + SUFFIXES[to])
+
+
+def export_checkpoint(
+    checkpoint: str | os.PathLike,
+    to: str,
+    out: str | os.PathLike | None = None,
+    env: str | None = None,
+    format: str | None = None,
+) -> ExportResult:
+    """Write ``checkpoint``'s deterministic actor as ``to`` (onnx or torchscript); CheckpointError on bad input."""
+    from simeval.launch.checkpoint import CheckpointError, load_checkpoint
+
+    if to not in TARGETS:
+        raise CheckpointError(f"unknown export target {to!r}: choose onnx or torchscript.")
+    path = os.fspath(checkpoint)
+    ck = load_checkpoint(path, format)
+    if ck.meta.get("format") == "onnx":
+        raise CheckpointError(f"{path}: already an exported ONNX policy; export the checkpoint it came from.")
+    env_name = _env_name(ck, env)
+    out = os.fspath(out) if out is not None else default_out(path, to)
+    if os.path.exists(out) and os.path.samefile(out, path):
+        raise CheckpointError(f"{path}: --out is the checkpoint itself; choose another file.")
+    from simeval.launch.plan import check_env
+
+    check_env(env_name)
+    module, policy, vecnorm, obs_dim, act_dim, how = _build(ck, env_name)
+    import torch
+
+    from simeval.export.writers import WRITERS, atomic_write
+    from simeval.launch.formats import onnx as onnx_format
+
+    metadata = {
+        onnx_format.META_FORMAT: onnx_format.EXPORT_FORMAT,
+        onnx_format.META_STEP: str(ck.step),
+        onnx_format.META_ENV: env_name,
+        onnx_format.META_SOURCE: os.path.basename(path),
+        onnx_format.META_SOURCE_SHA256: ck.sha256 or "",
+        onnx_format.META_SOURCE_FORMAT: ck.meta.get("format", "simeval"),
+        onnx_format.META_OBS_NORM: "folded" if vecnorm is not None else "none",
+    }
+    obs = _check_observations(module, obs_dim)
+    expected = _policy_actions(policy, vecnorm, obs)
+    try:
+        data, run = WRITERS[to](module, obs_dim, metadata)
+        with torch.no_grad():
+            errors = [_error(module(obs), expected), _error(run(obs), expected), _error(run(obs[:1]), expected[:1])]
+    except Exception as exc:  # noqa: BLE001 - the exporters' many error types: one line, naming the checkpoint
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: cannot export its policy to {to} ({type(exc).__name__}: {first}).") from None
+    allowed = TOLERANCE * max(1.0, float(expected.abs().max()))
+    if not max(errors) <= allowed:
+        raise CheckpointError(
+            f"{path}: the {to} export disagrees with the policy by {max(errors):.2e} (allowed {allowed:.0e}); "
+            "nothing written: its deterministic action does not trace to one graph."
+        )
+    atomic_write(out, data)
+    source_format = ck.meta.get("format", "simeval")
+    return ExportResult(
+        out, to, env_name, ck.step, obs_dim, act_dim, vecnorm is not None, how, max(errors), source_format
+    )
+
+
+def _env_name(ck, env: str | None) -> str:
+    from simeval.launch.checkpoint import CheckpointError
+
+    if ck.env and env and env != ck.env:
+        raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {env}.")
+    name = ck.env or env
+    if not name:
+        raise CheckpointError(
+            f"{ck.path}: the checkpoint does not record its env: name it with --env (e.g. --env HalfCheetah-v5)."
+        )
+    return name
+
+
+def _build(ck, env_name: str):
+    """(module to write, the policy, its frozen VecNormV2 or None, obs dim, action dim, how the actor was derived)."""
+    import warnings
+
+    with warnings.catch_warnings():  # VecNormV2 on a batched env: what make_env's reduce_batch_dims is for
+        warnings.filterwarnings("ignore", message="Support of VecNormV2")
+        return _build_quietly(ck, env_name)
+
+
+def _build_quietly(ck, env_name: str):
+    from simeval.envs import OBS_NORM_ID, make_env
+    from simeval.export.actor import Exported, Normalise, deterministic_actor
+    from simeval.launch.checkpoint import CheckpointError
+    from simeval.launch.plan import build_policy
+    from simeval.launch.policies import DEFAULT_FACTORY
+    from simeval.weights import load_weights, resolve_model
+
+    env = make_env(env_name, num_envs=1, obs_norm=ck.obs_norm is not None)
+    try:
+        obs_dim = int(env.observation_spec["observation"].shape[-1])
+        act_dim = int(env.full_action_spec_unbatched["action"].shape[-1])
+        policy = build_policy(ck.policy_factory or DEFAULT_FACTORY, dict(ck.policy_kwargs), env)
+        vecnorm = None
+        try:
+            load_weights(policy, ck.policy, "policy")
+            if ck.obs_norm is not None:
+                vecnorm = resolve_model({"env": env}, OBS_NORM_ID)
+                load_weights(vecnorm, ck.obs_norm, OBS_NORM_ID)
+                vecnorm.freeze()
+        except ValueError as exc:
+            raise CheckpointError(f"{ck.path}: {exc} (for {env_name})") from None
+    finally:
+        env.close()
+    policy.eval()
+    normalise = None
+    if vecnorm is not None:
+        normalise = Normalise(vecnorm.loc["observation"], vecnorm.scale["observation"])
+    actor, how = deterministic_actor(policy)
+    return Exported(actor, normalise).eval(), policy, vecnorm, obs_dim, act_dim, how
+
+
+def _check_observations(module, obs_dim: int):
+    """Observations around the normaliser's statistics (unit-scale ones without it), seeded."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(256, obs_dim, generator=gen)
+    norm = getattr(module, "normalise", None)
+    if hasattr(norm, "loc"):
+        return norm.loc + norm.scale * z
+    return z
+
+
+def _policy_actions(policy, vecnorm, obs):
+    """What the evaluator does: the env's VecNormV2, then the policy under DETERMINISTIC."""
+    import torch
+    from tensordict import TensorDict
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    td = TensorDict({"observation": obs}, batch_size=obs.shape[:1])
+    if vecnorm is not None:
+        td = vecnorm._step(td, td.clone())  # what the env applies to each step's observation (frozen: no update)
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        return policy(td)["action"]
+
+
+def _error(got, expected) -> float:
+    import torch
+
+    with torch.no_grad():
+        return float((got.detach().to(expected.dtype) - expected).abs().max())

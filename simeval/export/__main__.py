@@ -1,0 +1,60 @@
+"""``python -m simeval.export CHECKPOINT --to onnx|torchscript [--out FILE] [--env NAME] [--format NAME]``.
+
+Bad input (an unknown target, an unreadable checkpoint, no env): one line on
+stderr and exit code 2; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit code 2, no usage wall
+        raise ValueError(f"{message} (see --help).")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from simeval.export import TARGETS
+
+    p = _Parser(
+        prog="python -m simeval.export",
+        description="Write a checkpoint's deterministic actor (observation -> action, normaliser folded in) "
+        "as ONNX or TorchScript.",
+        allow_abbrev=False,
+    )
+    p.add_argument("checkpoint", help="any checkpoint simeval reads (simeval, rsl_rl, ...)")
+    p.add_argument("--to", required=True, choices=TARGETS, help="onnx (input obs, output actions) or torchscript")
+    p.add_argument("--out", help="output file (default: <checkpoint dir>/exported/<stem>.onnx or .pt)")
+    p.add_argument("--env", help="the env the policy is built for (required when the checkpoint records none)")
+    p.add_argument("--format", help="the checkpoint format, when detection by content is not wanted")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        from simeval.export import export_checkpoint
+
+        result = export_checkpoint(args.checkpoint, args.to, out=args.out, env=args.env, format=args.format)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
+        if "--debug" in argv:
+            traceback.print_exc()
+        text = str(exc).strip()
+        print(f"simeval-export: error: {text.splitlines()[0] if text else type(exc).__name__}", file=sys.stderr)
+        return 2
+    print(result.describe(), flush=True)
+    return 0
+
+
+def main_exit() -> None:
+    """Console-script entry point (``simeval-export``)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    main_exit()

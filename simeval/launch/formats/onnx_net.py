@@ -1,0 +1,104 @@
+"""An ONNX policy graph run by onnxruntime, as a torch module whose weights are the file's bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_NUMPY = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
+
+
+class OnnxPolicy(torch.nn.Module):
+    """``observation -> action`` through an onnxruntime InferenceSession.
+
+    The model's bytes are the module's extra state (``{"model": uint8
+    tensor}``), so simeval's weight loading delivers a new graph the way it
+    delivers new parameters. Until a model is loaded the policy acts with zeros
+    (its initial state; the collector calls it once when it is built, before
+    the first weights arrive). A graph exported with a fixed batch of 1
+    (rsl_rl's exporter) runs one row at a time. Actions come back on the
+    observation's device, in the action spec's dtype.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, dtype: torch.dtype = torch.float32, device: str | None = None):
+        super().__init__()
+        self.obs_dim, self.act_dim, self.action_dtype, self.env_device = obs_dim, act_dim, dtype, device
+        self._model: bytes | None = None
+        self._session = None
+
+    def load_model(self, model: bytes, source: str = "the ONNX model") -> None:
+        """Build the session for ``model``; a one-line ValueError when it does not fit the env."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            session = ort.InferenceSession(model, options, providers=self._providers(ort))
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"{source}: onnxruntime cannot load it ({first}).") from None
+        (inp,), (out,) = session.get_inputs(), session.get_outputs()
+        got_obs, got_act = inp.shape[-1], out.shape[-1]
+        if got_obs != self.obs_dim or got_act != self.act_dim:
+            raise ValueError(
+                f"{source}: the ONNX policy maps {got_obs} observation features to {got_act} actions, "
+                f"the env has {self.obs_dim} and {self.act_dim}: it was exported for another env."
+            )
+        if inp.type not in _NUMPY:
+            raise ValueError(f"{source}: the ONNX input is {inp.type}; float, double or float16 is supported.")
+        self._in_name, self._out_name, self._in_dtype = inp.name, out.name, _NUMPY[inp.type]
+        self._rank = len(inp.shape)  # 1: one unbatched observation per run
+        self._fixed_batch = inp.shape[0] if self._rank == 2 and isinstance(inp.shape[0], int) else None
+        self._model, self._session = bytes(model), session
+
+    def _providers(self, ort) -> list:
+        device = self.env_device or ""
+        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+            index = int(device.split(":", 1)[1]) if ":" in device else 0
+            return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-1]
+        if self._session is None:  # the initial state, as a fresh network's random weights: no model yet
+            return torch.zeros(*lead, self.act_dim, dtype=self.action_dtype, device=obs.device)
+        x = obs.detach().reshape(-1, self.obs_dim).cpu().numpy().astype(self._in_dtype, copy=False)
+        n = self._fixed_batch
+        if self._rank == 1:
+            y = np.stack([self._run(row) for row in x])
+        elif n is None or x.shape[0] == n:
+            y = self._run(x)
+        elif x.shape[0] % n == 0:
+            y = np.concatenate([self._run(chunk) for chunk in np.split(x, len(x) // n)])
+        else:
+            raise ValueError(f"the ONNX policy takes batches of exactly {n} observations, got {x.shape[0]}.")
+        return torch.from_numpy(np.ascontiguousarray(y)).reshape(*lead, self.act_dim).to(obs.device, self.action_dtype)
+
+    def _run(self, x: np.ndarray) -> np.ndarray:
+        return self._session.run([self._out_name], {self._in_name: x})[0]
+
+    def get_extra_state(self) -> dict:
+        if self._model is None:
+            return {}
+        return {"model": torch.frombuffer(bytearray(self._model), dtype=torch.uint8)}
+
+    def set_extra_state(self, state: dict) -> None:
+        if state:
+            self.load_model(state["model"].detach().cpu().numpy().tobytes())
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_session"] = None  # not picklable: rebuilt from the bytes
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._model is not None:
+            self.load_model(self._model)
+
+    def extra_repr(self) -> str:
+        loaded = f"{len(self._model)} bytes" if self._model is not None else "no model loaded"
+        return f"obs_dim={self.obs_dim}, act_dim={self.act_dim}, {loaded}"

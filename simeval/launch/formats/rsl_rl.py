@@ -1,0 +1,124 @@
+"""rsl_rl checkpoints (``model_<iteration>.pt`` of OnPolicyRunner, rsl-rl-lib 5.x) as simeval Checkpoints.
+
+rsl_rl saves ``{"actor_state_dict", "critic_state_dict", "optimizer_state_dict",
+"iter", "infos"}``: tensors and plain data, read with ``weights_only=True``.
+The actor is rebuilt as rsl_rl's inference path runs it: optional empirical
+observation normalisation, an MLP, the Gaussian's mean, and the runner's
+``clip_actions``. Its architecture comes from the run's ``params/agent.yaml``
+(written by Isaac Lab's train scripts) when there is one, else from the
+weights' shapes with rsl_rl's default activation (ELU); ``Checkpoint.meta``
+says which.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+NAME = "rsl_rl"
+WATCH = ["model_*.pt"]  # OnPolicyRunner.save: <log_dir>/model_<iteration>.pt
+FACTORY = "simeval.launch.formats.rsl_rl:actor"
+_LINEAR = re.compile(r"^mlp\.(\d+)\.weight$")
+
+
+def recognises(path: str, raw: bytes | None, data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("actor_state_dict"), dict) and "iter" in data
+
+
+def step_of(path: str, data: Any) -> int:
+    return int(data["iter"])
+
+
+def read(path: str, raw: bytes | None, data: Any):
+    """A Checkpoint for rsl_rl's saved dict ``data`` (read from ``path``)."""
+    from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
+
+    if not recognises(path, raw, data):
+        raise CheckpointError(f"{path}: not an rsl_rl checkpoint (no actor_state_dict and iter).")
+    state = data["actor_state_dict"]
+    linear = sorted((int(m.group(1)), k) for k in state if (m := _LINEAR.match(k)))
+    if not linear:
+        raise CheckpointError(f"{path}: rsl_rl checkpoint without an MLP actor (no mlp.<i>.weight): not supported.")
+    if any(k.startswith(("rnn.", "cnn")) for k in state):
+        raise CheckpointError(f"{path}: recurrent or CNN rsl_rl actors are not supported yet; export an MLP actor.")
+    shapes = [tuple(state[k].shape) for _, k in linear]
+    inferred = {"hidden_dims": [s[0] for s in shapes[:-1]], "activation": "elu", "clip_actions": None}
+    kwargs, source = inferred, "inferred from the weights (activation: rsl_rl's default, elu)"
+    agent = _agent_yaml(path)
+    if agent is not None:
+        actor = agent.get("actor") or agent.get("policy") or {}
+        kwargs = {
+            "hidden_dims": list(actor.get("hidden_dims") or actor.get("actor_hidden_dims") or inferred["hidden_dims"]),
+            "activation": actor.get("activation", "elu"),
+            "clip_actions": agent.get("clip_actions"),
+        }
+        source = os.path.relpath(agent["__path__"], os.path.dirname(path))
+        if kwargs["hidden_dims"] != inferred["hidden_dims"]:
+            raise CheckpointError(
+                f"{path}: {source} says hidden_dims {kwargs['hidden_dims']}, the weights have "
+                f"{inferred['hidden_dims']}: the file does not belong to this run."
+            )
+    has_norm = "obs_normalizer._mean" in state
+    if agent is not None and _normalised(agent) and not has_norm:
+        raise CheckpointError(f"{path}: the run used observation normalisation but the checkpoint has no statistics.")
+    kwargs["obs_normalization"] = has_norm
+    weights = {
+        "module/" + k.replace(".", "/"): v
+        for k, v in state.items()
+        if k.startswith("mlp.") or (has_norm and k in ("obs_normalizer._mean", "obs_normalizer._std"))
+    }
+    return Checkpoint(
+        path=path,
+        step=step_of(path, data),
+        env=None,  # Isaac Lab's run layout does not record the task id: --env names it
+        policy=unflatten(weights),
+        obs_norm=None,  # rsl_rl normalises inside the actor, rebuilt above
+        policy_factory=FACTORY,
+        policy_kwargs=kwargs,
+        meta={"format": "rsl_rl", "architecture": source, "obs_dim": shapes[0][1], "action_dim": shapes[-1][0]},
+    )
+
+
+def _normalised(agent: dict) -> bool:
+    actor = agent.get("actor") or agent.get("policy") or {}
+    return bool(actor.get("obs_normalization") or agent.get("empirical_normalization") is True)
+
+
+def _agent_yaml(path: str) -> dict | None:
+    """The run's ``params/agent.yaml`` (Isaac Lab writes it beside the checkpoints), or None."""
+    candidate = os.path.join(os.path.dirname(os.path.abspath(path)), "params", "agent.yaml")
+    if not os.path.isfile(candidate):
+        return None
+    from simeval.launch.formats.yaml_params import load_params
+
+    out = load_params(candidate)
+    out["__path__"] = candidate
+    return out
+
+
+def actor(
+    env,
+    hidden_dims: Sequence[int] = (256, 256, 256),
+    activation: str = "elu",
+    obs_normalization: bool = False,
+    clip_actions: float | None = None,
+):
+    """rsl_rl's MLP actor in inference mode: ``observation -> [normalise] -> MLP -> mean [-> clip]``."""
+    from tensordict.nn import TensorDictModule
+
+    from simeval.launch.formats.rsl_rl_net import RslRlActor
+    from simeval.launch.policies import stamp
+
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec
+    net = RslRlActor(obs_dim, spec.shape[-1], list(hidden_dims), activation, obs_normalization, clip_actions)
+    module = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    kwargs = {
+        "hidden_dims": list(hidden_dims),
+        "activation": activation,
+        "obs_normalization": obs_normalization,
+        "clip_actions": clip_actions,
+    }
+    return stamp(module, FACTORY, kwargs)

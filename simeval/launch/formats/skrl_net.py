@@ -1,0 +1,145 @@
+"""skrl's Gaussian MLP policy at inference (``outputs["mean_actions"]``), rebuilt without running skrl's code.
+
+skrl's model instantiator generates Python source from a config and ``exec``s
+it; here the same network is built from plain data instead: the agent's
+observation preprocessor (RunningStandardScaler), the MLP, the instantiator's
+``output`` expression (parsed into a small tree of torch ops, never
+evaluated as code) and ``clip_mean_actions``.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Sequence
+
+import torch
+
+from simeval.launch.formats.skrl import layer_indices
+
+# skrl.utils.model_instantiators.torch.common._get_activation_function's names.
+ACTIVATIONS = {
+    "elu": torch.nn.ELU, "leaky_relu": torch.nn.LeakyReLU, "relu": torch.nn.ReLU, "selu": torch.nn.SELU,
+    "sigmoid": torch.nn.Sigmoid, "softmax": lambda: torch.nn.Softmax(dim=-1), "softplus": torch.nn.Softplus,
+    "softsign": torch.nn.Softsign, "tanh": torch.nn.Tanh,
+}  # fmt: skip
+_FUNCTIONS = {
+    "elu": torch.nn.functional.elu, "leaky_relu": torch.nn.functional.leaky_relu, "relu": torch.nn.functional.relu,
+    "selu": torch.nn.functional.selu, "sigmoid": torch.sigmoid, "softmax": lambda x: torch.softmax(x, dim=-1),
+    "softplus": torch.nn.functional.softplus, "softsign": torch.nn.functional.softsign, "tanh": torch.tanh,
+}  # fmt: skip
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+_TOKEN = "ACTIONS"
+
+
+def parse_output(source: str) -> ast.expr:
+    """The instantiator's ``output`` expression (``ACTIONS``, ``2 * tanh(ACTIONS)``, ...) as a checked AST.
+
+    Only numbers, the ``ACTIONS`` token, ``+ - * / **``, unary minus and the
+    instantiator's activation functions are allowed; ValueError otherwise.
+    """
+    try:
+        tree = ast.parse(source.replace("Shape.", ""), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"output expression {source!r} is not an expression.") from None
+    _check(tree, source)
+    if _TOKEN not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
+        raise ValueError(f"output expression {source!r} does not use {_TOKEN}.")
+    return tree
+
+
+def _check(node: ast.AST, source: str) -> None:
+    ok = (
+        (isinstance(node, ast.Constant) and type(node.value) in (int, float))
+        or (isinstance(node, ast.Name) and node.id == _TOKEN)
+        or (isinstance(node, ast.BinOp) and type(node.op) in _BINARY)
+        or (isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)))
+        or (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and len(node.args) == 1
+            and not node.keywords
+        )
+    )
+    if not ok:
+        raise ValueError(f"output expression {source!r}: {ast.unparse(node)!r} is not supported.")
+    for child in node.args if isinstance(node, ast.Call) else ast.iter_child_nodes(node):
+        if not isinstance(child, (ast.operator, ast.unaryop, ast.expr_context)):
+            _check(child, source)
+
+
+def _apply(node: ast.expr, x: torch.Tensor) -> torch.Tensor | float:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return x
+    if isinstance(node, ast.UnaryOp):
+        value = _apply(node.operand, x)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_apply(node.left, x), _apply(node.right, x))
+    return _FUNCTIONS[node.func.id](_apply(node.args[0], x))
+
+
+class Standardizer(torch.nn.Module):
+    """skrl's RunningStandardScaler, frozen: ``clamp((x - mean) / (sqrt(var) + eps), -clip, clip)``."""
+
+    def __init__(self, dim: int, epsilon: float = 1e-8, clip_threshold: float = 5.0) -> None:
+        super().__init__()
+        self.epsilon = epsilon
+        self.clip_threshold = clip_threshold
+        self.register_buffer("running_mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("running_variance", torch.ones(dim, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scaled = (x - self.running_mean.float()) / (torch.sqrt(self.running_variance.float()) + self.epsilon)
+        return scaled.clamp(-self.clip_threshold, self.clip_threshold)
+
+
+class SkrlGaussianActor(torch.nn.Module):
+    """``observation -> [standardise] -> MLP -> output expression [-> clip to the action bounds]``."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_dims: Sequence[int],
+        activations: Sequence[str | None],
+        biases: Sequence[bool],
+        output: str = _TOKEN,
+        obs_norm: dict | None = None,
+        clip_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        super().__init__()
+        if len(activations) != len(hidden_dims) or len(biases) != len(hidden_dims) + 1:
+            raise ValueError("skrl actor: one activation per hidden layer and one bias flag per linear layer.")
+        unknown = [a for a in activations if a is not None and a not in ACTIVATIONS]
+        if unknown:
+            raise ValueError(f"unknown skrl activation {unknown[0]!r}: one of {', '.join(ACTIVATIONS)}.")
+        dims = [obs_dim, *hidden_dims, act_dim]
+        layers: list[torch.nn.Module] = []
+        for i, (n_in, n_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+            layers.append(torch.nn.Linear(n_in, n_out, bias=biases[i]))
+            if i < len(activations) and activations[i] is not None:
+                layers.append(ACTIVATIONS[activations[i]]())
+        assert [i for i, m in enumerate(layers) if isinstance(m, torch.nn.Linear)] == layer_indices(activations)
+        self.mlp = torch.nn.Sequential(*layers)
+        self.obs_scaler = Standardizer(obs_dim, **obs_norm) if obs_norm is not None else torch.nn.Identity()
+        self.output = parse_output(output)
+        self.clip = clip_bounds is not None
+        low, high = clip_bounds if clip_bounds is not None else (torch.zeros(act_dim), torch.zeros(act_dim))
+        self.register_buffer("clip_low", low.float(), persistent=False)
+        self.register_buffer("clip_high", high.float(), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = _apply(self.output, self.mlp(self.obs_scaler(obs)))
+        if self.clip:
+            out = torch.clamp(out, min=self.clip_low, max=self.clip_high)
+        return out

@@ -1,0 +1,39 @@
+"""Training libraries' ``params/*.yaml`` files, read without constructing arbitrary Python objects.
+
+Isaac Lab dumps its configs with PyYAML's full dumper, so they carry tags
+such as ``!!python/tuple``. Those few plain-data tags become lists; any other
+``python/`` tag (``object/apply`` and friends could run code) is kept as its
+tag name, never constructed.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+
+class _ParamsLoader(yaml.SafeLoader):
+    pass
+
+
+def _sequence(loader: yaml.SafeLoader, node: yaml.Node):
+    return loader.construct_sequence(node, deep=True)
+
+
+def _unknown(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> str:
+    return f"<python/{tag_suffix}>"
+
+
+_ParamsLoader.add_constructor("tag:yaml.org,2002:python/tuple", _sequence)
+_ParamsLoader.add_multi_constructor("tag:yaml.org,2002:python/", _unknown)
+
+
+def load_params(path: str) -> dict:
+    """The YAML mapping in ``path`` (plain data only); ValueError naming the file if it is not one."""
+    with open(path) as f:
+        try:
+            data = yaml.load(f, Loader=_ParamsLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not readable YAML ({str(exc).splitlines()[0]}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of training parameters.")
+    return data
