@@ -71,6 +71,7 @@ def read(path: str, raw: bytes | None, data: Any):
     """A Checkpoint for rl_games' saved dict ``data`` (read from ``path``)."""
     global _last
     from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
+    from simeval.launch.formats.yaml_params import run_params
 
     data = _data(path, raw, data)
     if not recognises(path, raw, data):
@@ -79,7 +80,7 @@ def read(path: str, raw: bytes | None, data: Any):
     _last = None  # read is the last of detection, step and read: let go of the file's bytes
     layout = _from_weights(path, state)
     has_norm = "running_mean_std.running_mean" in state
-    agent = _agent_yaml(path)
+    agent = run_params(path, "nn")  # Isaac Lab's params/agent.yaml, when the run has one
     if agent is None:
         kwargs = {
             "units": layout["units"],
@@ -175,21 +176,6 @@ def _from_agent_yaml(path: str, agent: dict, weights_units: list[int], has_norm:
 def _finite(value: Any) -> float | None:
     number = isinstance(value, int | float) and not isinstance(value, bool)
     return float(value) if number and math.isfinite(value) else None
-
-
-def _agent_yaml(path: str) -> dict | None:
-    """The run's ``params/agent.yaml`` beside ``nn/`` (Isaac Lab's layout) or beside the file, or None."""
-    from simeval.launch.formats.yaml_params import load_params
-
-    here = os.path.dirname(os.path.abspath(path))
-    run = [os.path.dirname(here)] if os.path.basename(here) == "nn" else []
-    for directory in (*run, here):
-        candidate = os.path.join(directory, "params", "agent.yaml")
-        if os.path.isfile(candidate):
-            out = load_params(candidate)
-            out["__path__"] = candidate
-            return out
-    return None
 
 
 def actor(

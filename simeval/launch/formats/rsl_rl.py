@@ -34,6 +34,7 @@ def step_of(path: str, data: Any) -> int:
 def read(path: str, raw: bytes | None, data: Any):
     """A Checkpoint for rsl_rl's saved dict ``data`` (read from ``path``)."""
     from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
+    from simeval.launch.formats.yaml_params import run_params
 
     if not recognises(path, raw, data):
         raise CheckpointError(f"{path}: not an rsl_rl checkpoint (no actor_state_dict and iter).")
@@ -46,7 +47,7 @@ def read(path: str, raw: bytes | None, data: Any):
     shapes = [tuple(state[k].shape) for _, k in linear]
     inferred = {"hidden_dims": [s[0] for s in shapes[:-1]], "activation": "elu", "clip_actions": None}
     kwargs, source = inferred, "inferred from the weights (activation: rsl_rl's default, elu)"
-    agent = _agent_yaml(path)
+    agent = run_params(path)  # Isaac Lab's params/agent.yaml, when the run has one
     if agent is not None:
         actor = agent.get("actor") or agent.get("policy") or {}
         kwargs = {
@@ -84,18 +85,6 @@ def read(path: str, raw: bytes | None, data: Any):
 def _normalised(agent: dict) -> bool:
     actor = agent.get("actor") or agent.get("policy") or {}
     return bool(actor.get("obs_normalization") or agent.get("empirical_normalization") is True)
-
-
-def _agent_yaml(path: str) -> dict | None:
-    """The run's ``params/agent.yaml`` (Isaac Lab writes it beside the checkpoints), or None."""
-    candidate = os.path.join(os.path.dirname(os.path.abspath(path)), "params", "agent.yaml")
-    if not os.path.isfile(candidate):
-        return None
-    from simeval.launch.formats.yaml_params import load_params
-
-    out = load_params(candidate)
-    out["__path__"] = candidate
-    return out
 
 
 def actor(

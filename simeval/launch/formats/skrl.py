@@ -344,20 +344,13 @@ def _size(scaler: Any) -> int | None:
 def _agent_yaml(path: str) -> dict | None:
     """The run's skrl config: ``<run>/params/agent.yaml`` (Isaac Lab), the checkpoints in ``<run>/checkpoints``."""
     from simeval.launch.checkpoint import CheckpointError
-    from simeval.launch.formats.yaml_params import load_params
+    from simeval.launch.formats.yaml_params import run_params
 
-    here = os.path.dirname(os.path.abspath(path))
-    for run_dir in (os.path.dirname(here), here) if os.path.basename(here) == "checkpoints" else (here,):
-        candidate = os.path.join(run_dir, "params", "agent.yaml")
-        if os.path.isfile(candidate):
-            try:
-                out = load_params(candidate)
-            except ValueError as exc:
-                raise CheckpointError(f"{path}: {exc}") from None
-            if isinstance(out.get("models"), dict):  # else another library's config
-                out["__path__"] = candidate
-                return out
-    return None
+    try:
+        out = run_params(path, "checkpoints")
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    return out if out is not None and isinstance(out.get("models"), dict) else None  # else another library's
 
 
 def actor(

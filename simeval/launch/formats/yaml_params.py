@@ -8,6 +8,8 @@ tag name, never constructed.
 
 from __future__ import annotations
 
+import os
+
 import yaml
 
 
@@ -37,3 +39,21 @@ def load_params(path: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of training parameters.")
     return data
+
+
+def run_params(checkpoint: str, subdir: str | None = None) -> dict | None:
+    """The run's ``params/agent.yaml`` for a checkpoint, or None: Isaac Lab writes it in the run directory.
+
+    The checkpoint sits in the run directory itself or, with ``subdir``, in
+    ``<run>/<subdir>/`` (skrl's ``checkpoints``, rl_games' ``nn``). The mapping
+    gains ``"__path__"``, the file it came from.
+    """
+    here = os.path.dirname(os.path.abspath(checkpoint))
+    runs = [os.path.dirname(here)] if subdir and os.path.basename(here) == subdir else []
+    for directory in (*runs, here):
+        candidate = os.path.join(directory, "params", "agent.yaml")
+        if os.path.isfile(candidate):
+            out = load_params(candidate)
+            out["__path__"] = candidate
+            return out
+    return None
