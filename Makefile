@@ -36,16 +36,19 @@ isaaclab: $(ISAAC_STAMP)
 demo: $(STAMP)
 	$(PY) -m simeval.launch.demo
 
-# The Isaac Lab venv (mostly downloads and unpacking) builds while the core suite runs.
+# Two jobs at once: the Isaac Lab venv (mostly downloads and unpacking) builds beside the core venv,
+# then tests/isaac_lab runs beside the core suite (which waits on Docker builds and Slurm jobs much of
+# the time). Their progress lines interleave in the log; each prints its own summary.
 test:
-	$(MAKE) -j2 test-core isaaclab
-	$(MAKE) test-isaaclab
+	$(MAKE) -j2 test-core test-isaaclab
 
 test-core: $(STAMP) lint
 	$(PY) -m pytest -q --durations=15
 
+# RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
+# core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
 test-isaaclab: $(ISAAC_STAMP)
-	$(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
+	RAY_ADDRESS=local $(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check simeval tests benchmarks examples

@@ -20,6 +20,16 @@ from simeval.requests import Request, RequestQueue, check_busy_policy
 from simeval.settings import EvalSettings, as_info_keys, as_key, exploration_name
 
 
+def _check_workers(backend: str, num_workers: Any, max_restarts: Any) -> None:
+    for name, value, least in (("num_workers", num_workers, 1), ("max_restarts", max_restarts, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}.")
+    if num_workers > 1 and backend != "ray":
+        raise ValueError(
+            f"num_workers={num_workers} needs backend='ray': the thread and process backends run one worker."
+        )
+
+
 def _check_arguments(policy, policy_factory, num_trajectories, max_steps, init_fn) -> None:
     if policy is not None and policy_factory is not None:
         raise ValueError("Provide either `policy` or `policy_factory`, not both.")
@@ -43,6 +53,11 @@ class Evaluator:
     with ``results_context`` added to every line, which keeps a served
     evaluator's results durable whoever triggers them). ``exploration_type``
     accepts an ``ExplorationType`` or its name; the default is DETERMINISTIC.
+    ``num_workers`` (Ray only) splits each round's sub-envs over that many
+    actors, each asking for ``num_gpus``: the env factory takes ``num_envs=``
+    (its default is the round's total) and a seeded round gives the same
+    episodes for any ``num_workers``; a worker that dies mid-round has its
+    share re-run, at most ``max_restarts`` times (see ``simeval.backends.ray``).
     ``info_keys`` (keys relative to "next", e.g. ``["success"]``) are read at
     each episode's last step and reported as their means over the episodes,
     beside ``terminated_fraction`` / ``truncated_fraction`` and the env's
@@ -80,10 +95,13 @@ class Evaluator:
         results_path: str | None = None,
         results_context: Mapping[str, Any] | None = None,
         info_keys: Any = None,
+        num_workers: int = 1,
+        max_restarts: int = 3,
     ) -> None:
         check_busy_policy(busy_policy)
         if backend not in backends.NAMES:
             raise ValueError(f"Unknown backend {backend!r}. Choose 'thread', 'process', or 'ray'.")
+        _check_workers(backend, num_workers, max_restarts)
         _check_arguments(policy, policy_factory, num_trajectories, max_steps, init_fn)
         if backend == "thread" and weight_sync_schemes is not None:
             backend = "process"  # as in torchrl: schemes imply a worker process
@@ -110,6 +128,8 @@ class Evaluator:
             start_timeout=start_timeout,
             num_gpus=num_gpus,
             ray_kwargs=ray_kwargs,
+            num_workers=num_workers,
+            max_restarts=max_restarts,
             info={"log_prefix": log_prefix, "keep_episodes": keep_episodes},
         )
         self._attach(backends.create(backend, recipe, options), log_prefix, keep_episodes, on_result, busy_policy)
@@ -233,7 +253,8 @@ class Evaluator:
         import torch
         from tensordict import TensorDict
 
-        data = {k: torch.as_tensor(v) for k, v in result.items() if v is not None}
+        skip = f"{self._log_prefix}/workers"  # where the rounds ran: not numbers
+        data = {k: torch.as_tensor(v) for k, v in result.items() if v is not None and k != skip}
         self._user_on_result(TensorDict(data, batch_size=[]))
 
 

@@ -154,5 +154,7 @@ def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str,
         out[f"{prefix}/{key}"] = value
     if raw.get("video") is not None:
         out[f"{prefix}/video"] = raw["video"]
+    if raw.get("workers"):
+        out[f"{prefix}/workers"] = list(raw["workers"])  # Ray: the node, host and pid each shard ran on
     out[f"{prefix}/step"] = raw["step"]
     return out

@@ -35,7 +35,7 @@ def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any
     out = {}
     for key, value in result.items():
         name = key.split("/", 1)[1] if key.startswith(prefix + "/") else key
-        if name in ("step", "video", *_LIST_KEYS) or name.startswith(_EPISODE_ONLY):
+        if name in ("step", "video", "workers", *_LIST_KEYS) or name.startswith(_EPISODE_ONLY):
             continue
         value = plain(value)
         if value is None or isinstance(value, (int, float)):
@@ -54,6 +54,8 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
         "host": socket.gethostname(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if result.get(f"{prefix}/workers"):
+        record["workers"] = list(result[f"{prefix}/workers"])  # Ray: where each shard ran, and its re-runs
     record.update(context)
     return record
 

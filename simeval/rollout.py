@@ -30,6 +30,7 @@ class Episodes:
     lengths: list[int]
     env_steps: int
     seconds: float
+    started_at: float = float("nan")  # wall clock (time.time()) when the first env step began
     trajectories: TensorDictBase | None = None  # [N, T] with ("collector", "mask")
     traj_ids: list[int] = field(default_factory=list)
     step_reward_to_first_done: float = float("nan")
@@ -210,6 +211,7 @@ def run_round(
     if seed is not None:
         env.set_seed(seed)
     collector.reset()
+    started_at = time.time()
     for batch in collector:
         if stop.is_set():
             raise Cancelled("evaluation cancelled by shutdown()")
@@ -247,6 +249,7 @@ def run_round(
         lengths,
         env_steps,
         seconds,
+        started_at,
         trajectories,
         ids,
         first_done.value,

@@ -27,6 +27,7 @@ from simeval.frames import FrameBuffer, can_render
 from simeval.rollout import StoppablePolicy, run_round
 from simeval.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
 from simeval.settings import EvalSettings, RoundOverrides
+from simeval.shards import Shard, sub_env_seed
 from simeval.weights import load_weights, resolve_model
 
 
@@ -239,16 +240,20 @@ class EvalWorker:
 
     # -- one round ------------------------------------------------------
     def run(
-        self, weights: Mapping[str, TensorDictBase] | None, step: int, overrides: RoundOverrides | None = None
+        self,
+        weights: Mapping[str, TensorDictBase] | None,
+        step: int,
+        overrides: RoundOverrides | None = None,
+        shard: Shard | None = None,
     ) -> dict[str, Any]:
-        """Load weights, evaluate the round's episodes, return raw metrics.
+        """Load weights, evaluate the round's episodes (or ``shard``'s part of them), return raw metrics.
 
         After a failure the collector (and an env this worker built) is thrown
         away and rebuilt by the next round: a half-finished rollout leaves both
         in an unknown state.
         """
         try:
-            return self._run(weights, step, overrides or RoundOverrides())
+            return self._run(weights, step, overrides or RoundOverrides(), shard)
         except BaseException:
             self._discard()
             raise
@@ -262,12 +267,14 @@ class EvalWorker:
         if self._owns_env:
             self.env = None
 
-    def _run(self, weights: Mapping[str, TensorDictBase] | None, step: int, overrides: RoundOverrides) -> dict:
+    def _run(
+        self, weights: Mapping[str, TensorDictBase] | None, step: int, overrides: RoundOverrides, shard: Shard | None
+    ) -> dict:
         self.build()
         self.load(weights)
         settings = self.settings
         max_steps = overrides.max_steps if overrides.max_steps is not None else settings.max_steps
-        quota = settings.num_trajectories or self._num_envs  # None: one episode per sub-env
+        quotas, seed = self._quotas_and_seed(shard)
         with (
             vecnorm.frozen_for_round(self.env),
             eval_mode(self.policy),
@@ -276,17 +283,17 @@ class EvalWorker:
             torch.inference_mode(),
         ):
             vecnorm.check_stats(self.env)
-            if settings.seed is not None and self.owns_process:
-                torch.manual_seed(settings.seed)
+            if seed is not None and self.owns_process:
+                torch.manual_seed(seed)
             episodes = run_round(
                 self._collector,
                 self._rollout_env,
-                metrics.episode_quotas(quota, self._num_envs),
+                quotas,
                 reward_key=settings.reward_key,
                 done_key=settings.done_key,
                 episode_return_key=self._episode_return_key,
                 use_step_count=not self._native_autoreset,
-                seed=settings.seed,
+                seed=seed,
                 keep_trajectories=settings.metrics_fn is not None,
                 stop=self.stop,
                 info_keys=settings.info_keys,
@@ -302,11 +309,16 @@ class EvalWorker:
             episodes.terminated, episodes.truncated, episodes.info, settings.info_keys
         )
         raw["step"] = step
+        raw["seconds"] = episodes.seconds
+        raw["started_at"] = episodes.started_at
         if settings.metrics_fn is not None:
             raw["custom"] = {k: _plain(v) for k, v in settings.metrics_fn(episodes.trajectories).items()}
+        leader = shard is None or shard.first == 0  # frames and videos: global sub-env 0's only
         if self._frames is not None:
-            raw["frames"] = self._frames.take()
-        if settings.dump_video:
+            frames = self._frames.take()
+            if leader:
+                raw["frames"] = frames
+        if settings.dump_video and leader:
             raw["video"] = self._dump_video(step)
         if settings.results_path:
             from simeval.records import append_record, make_record
@@ -314,6 +326,20 @@ class EvalWorker:
             result = metrics.prefixed(raw, settings.log_prefix, keep_episodes=True)
             append_record(settings.results_path, make_record(result, settings.log_prefix, **settings.results_context))
         return raw
+
+    def _quotas_and_seed(self, shard: Shard | None) -> tuple[list[int], int | None]:
+        """Each sub-env's episode quota and the seed of sub-env 0: the whole round's, or ``shard``'s."""
+        settings = self.settings
+        if shard is None:
+            quota = settings.num_trajectories or self._num_envs  # None: one episode per sub-env
+            return metrics.episode_quotas(quota, self._num_envs), settings.seed
+        if shard.size != self._num_envs:
+            raise ValueError(
+                f"shard {shard.index} covers {shard.size} sub-envs but this worker's env has {self._num_envs}: "
+                "the env factory must build num_envs sub-envs when called with num_envs=."
+            )
+        seed = None if settings.seed is None else sub_env_seed(self._rollout_env, settings.seed, shard.first)
+        return list(shard.quotas), seed
 
     def _dump_video(self, step: int):
         """Collect recorded frames, then ``dump(step=...)`` every VideoRecorder."""

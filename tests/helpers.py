@@ -285,3 +285,29 @@ def episode_ends(td) -> dict:
             out[name] = float(values.mean()) if values.size else float("nan")
             out[name + "_count"] = float(values.size)
     return out
+
+
+class StepDelay(Transform):
+    """Sleeps ``seconds`` in every step: a round long enough to kill a worker in the middle of it."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def _step(self, tensordict, next_tensordict):
+        import time
+
+        time.sleep(self.seconds)
+        return next_tensordict
+
+
+def slow_cheetah(num_envs: int = 4, delay: float = 0.01, max_steps: int = 100, obs_norm: bool = True):
+    """HalfCheetah whose steps take at least ``delay`` seconds each."""
+    env = cheetah(num_envs=num_envs, obs_norm=obs_norm, max_steps=max_steps)
+    env.append_transform(StepDelay(delay))
+    return env
+
+
+def count_envs(num_envs: int = 4, length: int = 3):
+    """``num_envs`` CountEnv sub-envs whose episodes all last ``length`` steps (a factory taking num_envs)."""
+    return count_env(lengths=[length] * num_envs)

@@ -73,6 +73,10 @@ SlurmdPidFile={base}/slurmd.pid
 SlurmctldLogFile={base}/slurmctld.log
 SlurmdLogFile={base}/slurmd.log
 KillWait=10
+# A requeued job may start again only when its old credential has expired (default 120 s), and a job
+# whose begin time passes waits for the main scheduling loop (default every 60 s): short on one node.
+AuthInfo=cred_expire=30
+SchedulerParameters=sched_interval=2
 MinJobAge=3600
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=4000 Gres=gpu:1 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP

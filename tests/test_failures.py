@@ -95,6 +95,7 @@ def _dying_env():
 
 @pytest.mark.parametrize("backend", ["process", "ray"], indirect=True)
 def test_dead_worker_is_reported_within_seconds_and_replaced(backend, tmp_path):
+    """The process backend reports the death and replaces the child; Ray re-runs the round on a fresh actor."""
     flag = tmp_path / "died-once"
 
     def env_once():
@@ -106,11 +107,29 @@ def test_dead_worker_is_reported_within_seconds_and_replaced(backend, tmp_path):
     ev = Evaluator(env_once, policy_factory=const_policy, num_trajectories=2, backend=backend)
     try:
         start = time.monotonic()
-        with pytest.raises(EvalError, match="died|exit|actor"):
-            ev.evaluate()
+        if backend == "ray":
+            result = ev.evaluate()
+            assert result["eval/reward"] == 3.0 and result["eval/workers"][0]["restarts"] == 1
+        else:
+            with pytest.raises(EvalError, match="died|exit|actor"):
+                ev.evaluate()
         assert time.monotonic() - start < 60
         assert not ev.pending
         assert ev.evaluate()["eval/reward"] == 3.0  # a fresh worker took over
+    finally:
+        ev.shutdown()
+
+
+def test_a_ray_worker_that_keeps_dying_fails_the_round_after_max_restarts(ray_cluster):
+    ev = Evaluator(
+        _dying_env, policy_factory=const_policy, num_trajectories=2, backend="ray", num_gpus=0, max_restarts=1
+    )
+    try:
+        start = time.monotonic()
+        with pytest.raises(EvalError, match=r"Ray eval worker 0 of 1 .*died 2 time\(s\).*max_restarts=1"):
+            ev.evaluate()
+        assert time.monotonic() - start < 60
+        assert not ev.pending
     finally:
         ev.shutdown()
 
@@ -128,12 +147,18 @@ def test_wait_with_nothing_pending_returns_none_at_once():
 
 def test_unschedulable_ray_actor_fails_after_start_timeout(ray_cluster):
     ev = Evaluator(
-        count_env, policy_factory=const_policy, num_trajectories=1, backend="ray", num_gpus=8, start_timeout=3
+        count_env,
+        policy_factory=const_policy,
+        num_trajectories=1,
+        backend="ray",
+        num_gpus=0,
+        start_timeout=3,
+        ray_kwargs={"resources": {"simeval_absent": 1}},  # a resource no node has: never scheduled
     )
     try:
         start = time.monotonic()
         ev.trigger_eval()
-        with pytest.raises(EvalError, match="did not start within 3 s.*num_gpus=8"):
+        with pytest.raises(EvalError, match="did not start within 3 s.*simeval_absent"):
             ev.wait(60)
         assert time.monotonic() - start < 30
         assert not ev.pending
@@ -236,9 +261,9 @@ def test_connect_to_an_actor_that_never_starts_fails_within_start_timeout(ray_cl
         policy_factory=const_policy,
         num_trajectories=1,
         backend="ray",
-        num_gpus=8,
+        num_gpus=0,
         start_timeout=60,
-        ray_kwargs={"name": "simeval-test-stuck"},
+        ray_kwargs={"name": "simeval-test-stuck", "resources": {"simeval_absent": 1}},
     )
     try:
         start = time.monotonic()

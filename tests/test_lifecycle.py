@@ -81,7 +81,7 @@ def test_ray_shutdown_kills_the_actor(ray_cluster):
     ray = ray_cluster
     ev = Evaluator(count_env, policy_factory=const_policy, num_trajectories=1, backend="ray")
     ev.evaluate()
-    actor = ev._backend._actor
+    actor = ev._backend._slots[0].actor
     ev.shutdown(timeout=5.0)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(actor.describe.remote(), timeout=30)

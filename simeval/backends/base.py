@@ -44,6 +44,8 @@ class BackendOptions:
     start_timeout: float = 120.0
     num_gpus: float = 1
     ray_kwargs: Mapping[str, Any] | None = None
+    num_workers: int = 1  # Ray: workers a round is split over
+    max_restarts: int = 3  # Ray: re-runs of a shard whose worker died, per round
     info: Mapping[str, Any] | None = None  # front-end settings a connect() handle reads back
 
 

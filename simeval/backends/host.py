@@ -89,12 +89,12 @@ class WorkerHost:
             return False
         return True
 
-    def run(self, step: int, weights: Any, overrides: Any = None) -> tuple:
-        """One round: ``("result", raw)``, or the failure as ``("error" | "fatal", message, traceback)``."""
+    def run(self, step: int, weights: Any, overrides: Any = None, shard: Any = None) -> tuple:
+        """One round (or ``shard``'s part): ``("result", raw)``, or ``("error" | "fatal", message, traceback)``."""
         if self.fatal is not None:
             return ("fatal", *self.fatal)
         try:
-            return ("result", self.worker.run(weights, step, overrides))
+            return ("result", self.worker.run(weights, step, overrides, shard))
         except BaseException as exc:  # noqa: BLE001 - the worker stays up for the next request
             return ("error", *describe(exc))
 

@@ -1,53 +1,71 @@
-"""Ray backend: the worker lives in a Ray actor that asks for ``num_gpus``.
+"""Ray backend: eval workers in Ray actors, one round at a time, split over ``num_workers`` of them.
 
-Weights travel through Ray's object store. A named actor (``ray_kwargs=
-{"name": ...}``) is detached and can be reached from any process on the
-cluster with :func:`simeval.connect` or ``RayEvalWorker.from_name``. Every wait
-on the actor is bounded: start-up by ``start_timeout``, a round by polling, so
-a dead, unschedulable or stuck actor ends in an EvalError and shutdown is prompt.
+With one worker the round runs in one actor. With K workers the round's
+sub-envs are split into K fixed shards (:mod:`simeval.shards`): each actor
+builds its share of the env, runs its share of the episodes, and the shards
+are merged in sub-env order, so a seeded round gives the same episodes for
+any K. Weights are put in Ray's object store once per round and read by
+every worker.
+
+Faults: when a worker's process or node dies mid-round, simeval (not Ray's
+actor restart) re-runs its shard, on an idle healthy worker of the same size
+if there is one (its env is already built), else on a fresh actor in the
+dead one's slot; a shard is a pure function of the weights, the seed and its
+range, so the round's result is unchanged. A shard may be re-run
+``max_restarts`` times; one more death fails the round with an EvalError
+naming the worker. Ray's own restart would rebuild the actor (init_fn, env)
+before retrying, possibly on the node that just failed, and would hide the
+count. A worker that cannot be scheduled fails the round after
+``start_timeout``. A named actor is detached and can be reached from any
+process with :func:`simeval.connect`.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
+from simeval.backends.ray_slots import (
+    NAMESPACE,
+    Slot,
+    Slots,
+    check_capacity,
+    ensure_ray,
+    is_worker_death,
+    unwrap_actor_error,
+)
 from simeval.errors import EvalError
 from simeval.settings import RoundOverrides
 
-NAMESPACE = "simeval"
+__all__ = ["NAMESPACE", "RayBackend", "ensure_ray"]
 _POLL_S = 0.5
 
 
-def ensure_ray() -> Any:
-    """Import ray and join the cluster in RAY_ADDRESS, or start a local one."""
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError("backend='ray' needs Ray: pip install 'simeval[ray]'.") from None
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True)
-    return ray
+@dataclass(eq=False)
+class _Job:
+    """A shard of the running round (or the whole round) and the slot running it."""
+
+    shard: Any  # simeval.shards.Shard, or None for a round run whole by one worker
+    slot: Slot
+    ref: Any = None
+    restarts: int = 0
 
 
-def _unwrap_actor_error(exc: BaseException) -> tuple[str, str]:
-    """The user's exception behind a Ray actor error, as (message, traceback)."""
-    cause = getattr(exc, "cause", None) or exc.__cause__
-    text = str(exc)
-    if cause is not None and not isinstance(cause, type(exc)):
-        return f"{type(cause).__name__}: {cause}", text
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}", text
+class _RoundFailed(Exception):
+    pass
 
 
 class RayBackend(Backend):
-    """Owns (or, for a connected handle, borrows) one actor; replaces an owned actor that died.
+    """Owns (or, for a connected handle, borrows) the workers; replaces owned ones that died.
 
-    ``kill_on_shutdown`` is True for the evaluator that created the actor (and
+    ``kill_on_shutdown`` is True for the evaluator that created the actors (and
     for ``RayEvalWorker`` handles, as in torchrl); a ``connect()`` handle leaves
     the served actor running.
     """
@@ -56,24 +74,36 @@ class RayBackend(Backend):
 
     def __init__(
         self,
-        setup: dict | None,
+        setups: list[dict] | None,
         *,
+        shards: list | None = None,
         num_gpus: float = 1,
         ray_kwargs: Mapping[str, Any] | None = None,
         start_timeout: float = 120.0,
+        max_restarts: int = 3,
+        info_keys: tuple = (),
+        results: tuple[str, str, dict] | None = None,
         actor=None,
         kill_on_shutdown: bool | None = None,
     ) -> None:
         super().__init__()
         self._ray = ensure_ray()
-        self._setup = setup  # None for a borrowed actor: it cannot be recreated
+        self._shards = shards
         self._num_gpus = num_gpus
         self._ray_kwargs = dict(ray_kwargs or {})
         self._start_timeout = start_timeout
+        self._max_restarts = max_restarts
+        self._info_keys = info_keys
+        self._results = results  # (path, log prefix, context): merged rounds written here
         self._kill_on_shutdown = actor is None if kill_on_shutdown is None else kill_on_shutdown
-        self._lock = threading.Lock()
-        self._ready = False
-        self._actor = actor if actor is not None else self._create()
+        sizes = [s.size for s in shards] if shards else [None]
+        self._slots = Slots(self._ray, setups or [None], sizes, num_gpus, self._ray_kwargs)
+        self._lock = threading.Lock()  # slot actors: the round thread and shutdown
+        with self._lock:
+            if actor is not None:
+                self._slots.adopt(actor)
+            for slot in self._slots.slots:
+                self._slots.ensure(slot)
         self._thread: threading.Thread | None = None
         self._closing = False
 
@@ -82,9 +112,43 @@ class RayBackend(Backend):
         from simeval.backends.host import make_setup
 
         recipe.require_factories("'ray'", "the Ray actor process")
-        setup = make_setup(recipe)
-        setup["info"] = dict(options.info or {})
-        return cls(setup, num_gpus=options.num_gpus, ray_kwargs=options.ray_kwargs, start_timeout=options.start_timeout)
+        k = options.num_workers
+        shards = None
+        if k > 1:
+            from simeval import shards as sharding
+
+            if recipe.settings.metrics_fn is not None:
+                raise ValueError(
+                    "metrics_fn sees a round's trajectories in one place: use num_workers=1 with metrics_fn, or "
+                    "keep_episodes=True for per-episode values from every worker."
+                )
+            shards = sharding.plan(sharding.factory_num_envs(recipe.env), k, recipe.settings.num_trajectories)
+        ray = ensure_ray()
+        check_capacity(ray, k, options.num_gpus, dict(options.ray_kwargs or {}))
+        info = dict(options.info or {})
+        if shards is None:
+            setups = [dict(make_setup(recipe), info=info)]
+            results = None
+        else:
+            # Each worker writes nothing itself: the merged round is written once, here.
+            settings = dataclasses.replace(recipe.settings, results_path=None)
+            by_size = {}
+            for size in {s.size for s in shards}:
+                part = dataclasses.replace(recipe, settings=settings, env=functools.partial(recipe.env, num_envs=size))
+                by_size[size] = dict(make_setup(part), info=info)
+            setups = [by_size[s.size] for s in shards]
+            rs = recipe.settings
+            results = (rs.results_path, rs.log_prefix, rs.results_context) if rs.results_path else None
+        return cls(
+            setups,
+            shards=shards,
+            num_gpus=options.num_gpus,
+            ray_kwargs=options.ray_kwargs,
+            start_timeout=options.start_timeout,
+            max_restarts=options.max_restarts,
+            info_keys=recipe.settings.info_keys,
+            results=results,
+        )
 
     @classmethod
     def attach(
@@ -101,51 +165,14 @@ class RayBackend(Backend):
         return cls(None, actor=actor, start_timeout=start_timeout, kill_on_shutdown=kill_on_shutdown)
 
     def describe(self) -> dict:
-        actor = self._current_actor()
-        self._wait_ready(actor)
-        return self._ray.get(actor.describe.remote(), timeout=self._start_timeout)
+        slot = self._slots[0]
+        self._wait_ready([slot])
+        return self._ray.get(slot.actor.describe.remote(), timeout=self._start_timeout)
 
-    def _create(self):
-        from simeval.backends.ray_actor import EvalActor
-
-        kwargs = dict(self._ray_kwargs)
-        options = {k: kwargs.pop(k) for k in ("name", "namespace", "lifetime") if k in kwargs}
-        if options.get("name") is None:
-            options.pop("name", None)
-        else:
-            options.setdefault("namespace", NAMESPACE)
-            options.setdefault("lifetime", "detached")
-        cls = self._ray.remote(num_gpus=self._num_gpus, **kwargs)(EvalActor)
-        self._ready = False
-        return cls.options(**options).remote(self._setup)
-
-    def _current_actor(self):
-        with self._lock:
-            if self._actor is None:
-                if self._setup is None:
-                    raise EvalError("the served Ray evaluator is gone; connect again.")
-                self._actor = self._create()
-            return self._actor
-
-    def _forget(self, actor, kill: bool = False) -> None:
-        """Drop ``actor`` (replaced at the next request); kill it when it is of no further use."""
-        with self._lock:
-            if actor is self._actor:
-                self._actor = None
-        if kill:
-            try:
-                self._ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-
+    # -- a round ------------------------------------------------------------
     def _start(
         self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
     ) -> None:
-        try:
-            actor = self._current_actor()
-        except EvalError as exc:
-            complete(future, exc=exc)
-            return
         payload = None
         if weights:
             from simeval.weights import as_weights
@@ -153,90 +180,180 @@ class RayBackend(Backend):
             # One copy to CPU (training keeps changing its tensors); Ray ships it from there.
             payload = {k: as_weights(v).apply(lambda t: t.detach().to("cpu", copy=True)) for k, v in weights.items()}
         self._thread = threading.Thread(
-            target=self._run, args=(actor, step, payload, overrides, future), name="simeval-ray-waiter", daemon=True
+            target=self._run, args=(step, payload, overrides, future), name="simeval-ray-round", daemon=True
         )
         self._thread.start()
 
-    def _run(self, actor, step: int, payload, overrides, future: Future) -> None:
+    def _run(self, step: int, payload, overrides, future: Future) -> None:
         try:
-            self._wait_ready(actor)
-            outcome = self._get(actor.run.remote(step, payload, overrides))
-        except EvalError as exc:
-            complete(future, exc=cancelled() if self._closing else exc)
+            raws = self._round(step, payload, overrides)
+        except _RoundFailed as exc:
+            complete(future, exc=cancelled() if self._closing else exc.args[0])
             return
-        except Exception as exc:  # noqa: BLE001 - actor died, was killed, or failed to start
-            if self._closing:
-                complete(future, exc=cancelled())
-                return
-            self._forget(actor)
-            message, tb = _unwrap_actor_error(exc)
-            complete(future, exc=EvalError(f"Ray eval actor failed: {message}", tb))
+        except Exception as exc:  # noqa: BLE001 - anything unforeseen still completes the future
+            message, tb = unwrap_actor_error(exc)
+            complete(future, exc=cancelled() if self._closing else EvalError(f"Ray eval round failed: {message}", tb))
             return
-        if outcome[0] == "result":
-            complete(future, outcome[1])
-        elif outcome[0] == "fatal":
-            self._forget(actor, kill=self._setup is not None)  # an owned actor is replaced by a fresh one
-            complete(future, exc=EvalError(f"Ray eval worker failed to start: {outcome[1]}", outcome[2]))
+        if self._shards is None:
+            raw = raws[0]
         else:
-            complete(future, exc=EvalError(f"Ray eval worker failed: {outcome[1]}", outcome[2]))
+            from simeval import shards
 
-    def _get(self, ref):
-        """``ray.get`` in short waits, so that shutdown is noticed and nothing blocks for ever."""
-        ray = self._ray
-        while True:
-            ready, _ = ray.wait([ref], timeout=_POLL_S)
-            if ready:
-                return ray.get(ready[0])
-            if self._closing:
-                raise EvalError("evaluation cancelled by shutdown()")
+            raw = shards.merge(raws, self._info_keys)
+        raw["workers"] = [r.pop("worker") for r in raws]  # where each shard ran, for the records
+        if self._results is not None:
+            from simeval import metrics
+            from simeval.records import append_record, make_record
 
-    def _wait_ready(self, actor) -> None:
-        if self._ready and actor is self._actor:
-            return
+            path, prefix, context = self._results
+            append_record(path, make_record(metrics.prefixed(raw, prefix, keep_episodes=True), prefix, **context))
+        complete(future, raw)
+
+    def _round(self, step: int, payload, overrides) -> list[dict]:
+        """Run every shard to a result, re-running those whose worker died; raws in shard order."""
         ray = self._ray
-        deadline = time.monotonic() + self._start_timeout
-        while True:
-            try:
-                ray.get(actor.__ray_ready__.remote(), timeout=min(_POLL_S, max(0.01, deadline - time.monotonic())))
-                break
-            except ray.exceptions.GetTimeoutError:
-                if self._closing:
-                    raise EvalError("evaluation cancelled by shutdown()") from None
-                if time.monotonic() < deadline:
-                    continue
-            self._forget(actor, kill=self._setup is not None)
-            raise EvalError(
-                f"the Ray eval actor did not start within {self._start_timeout:g} s: it asks for "
-                f"num_gpus={self._num_gpus} (and {self._ray_kwargs or 'no other resources'}), the cluster "
-                f"has {ray.cluster_resources()}. Lower num_gpus, add resources, or raise start_timeout."
-            )
+        ref = ray.put(payload) if payload is not None else None
         with self._lock:
-            if actor is self._actor:
-                self._ready = True
+            for slot in self._slots.slots:
+                self._ensure(slot)
+        shards = self._shards or [None]
+        # A shard whose sub-envs have no episodes to run (fewer episodes than sub-envs) is not sent.
+        jobs = [_Job(shard, self._slots[i]) for i, shard in enumerate(shards) if shard is None or sum(shard.quotas)]
+        done: dict[int, dict] = {}
+        for job in jobs:
+            self._submit(job, step, ref, overrides)
+        while len(done) < len(jobs):
+            running = [j for j in jobs if j.ref is not None]
+            probes = [s.probe for s in {j.slot for j in running} if s.probe is not None]
+            ray.wait([j.ref for j in running] + probes, num_returns=1, timeout=_POLL_S)
+            if self._closing:
+                raise _RoundFailed(cancelled())
+            for slot in {j.slot for j in running}:
+                if slot.probe is not None and ray.wait([slot.probe], timeout=0)[0]:
+                    self._probe(slot)
+            for job in running:
+                if ray.wait([job.ref], timeout=0)[0]:
+                    raw = self._collect(job, jobs)
+                    if raw is None:  # its worker died: re-run on an idle worker or a fresh one
+                        self._submit(job, step, ref, overrides, busy={j.slot for j in jobs if j.ref is not None})
+                    else:
+                        done[jobs.index(job)] = raw
+            self._check_start_deadlines(running)
+        return [done[i] for i in range(len(jobs))]
+
+    def _ensure(self, slot: Slot) -> None:
+        """Give ``slot`` an actor if it lost one (under ``_lock``); never after shutdown began."""
+        if self._closing:
+            raise _RoundFailed(cancelled())
+        if slot.actor is None and slot.setup is None:
+            raise _RoundFailed(EvalError("the served Ray evaluator is gone; connect again."))
+        self._slots.ensure(slot)
+
+    def _submit(self, job: _Job, step: int, ref, overrides, busy: set | None = None) -> None:
+        """Send ``job`` to an idle ready worker of its size (after a death), else to its own slot's actor."""
+        if busy is not None and job.shard is not None:
+            idle = [
+                s for s in self._slots.slots
+                if s not in busy and s.ready and s.size == job.shard.size and s is not job.slot
+            ]  # fmt: skip
+            if idle:
+                job.slot = idle[0]
+        with self._lock:
+            self._ensure(job.slot)
+            actor = job.slot.actor
+        job.ref = actor.run.remote(step, ref, overrides, job.shard)
+
+    def _probe(self, slot: Slot) -> None:
+        try:
+            self._slots.mark_ready(slot)
+        except Exception:  # noqa: BLE001 - died while starting; its run call reports it
+            slot.probe = None
+
+    def _check_start_deadlines(self, running: list[_Job]) -> None:
+        for job in running:
+            slot = job.slot
+            if slot.probe is not None and self._slots.overdue(slot, self._start_timeout):
+                with self._lock:
+                    self._slots.drop(slot, kill=slot.setup is not None)
+                raise _RoundFailed(EvalError(self._unschedulable(slot)))
+
+    def _unschedulable(self, slot: Slot) -> str:
+        who = "the Ray eval actor" if len(self._slots) == 1 else f"Ray eval worker {slot.index} of {len(self._slots)}"
+        return (
+            f"{who} did not start within {self._start_timeout:g} s: it asks for "
+            f"num_gpus={self._num_gpus} (and {self._ray_kwargs or 'no other resources'}), the cluster "
+            f"has {self._ray.cluster_resources()}. Lower num_gpus, add resources, or raise start_timeout."
+        )
+
+    def _collect(self, job: _Job, jobs: list[_Job]) -> dict | None:
+        """The job's raw result; None when its worker died and the shard may run again; else raise."""
+        slot, ref = job.slot, job.ref
+        job.ref = None
+        try:
+            outcome = self._ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - actor died, was killed, or its node was lost
+            owned = slot.setup is not None
+            with self._lock:
+                self._slots.drop(slot, kill=owned)
+            message, tb = unwrap_actor_error(exc)
+            if not owned:
+                raise _RoundFailed(EvalError(f"Ray eval actor failed: {message}", tb)) from None
+            if not is_worker_death(self._ray, exc):
+                raise _RoundFailed(EvalError(f"Ray eval actor failed: {message}", tb)) from None
+            job.restarts += 1
+            if job.restarts > self._max_restarts:
+                raise _RoundFailed(
+                    EvalError(
+                        f"{slot.name(len(self._slots))} died {job.restarts} time(s) in this round "
+                        f"(max_restarts={self._max_restarts}): {message}",
+                        tb,
+                    )
+                ) from None
+            return None
+        if outcome[0] == "result":
+            raw = outcome[1]
+            raw.setdefault("worker", {})
+            raw["worker"].update(
+                worker=slot.index,
+                restarts=job.restarts,
+                env_steps=raw["frame_count"],
+                seconds=round(raw["seconds"], 4),
+                started_at=raw["started_at"],  # wall clock of its first env step
+            )
+            return raw
+        if outcome[0] == "fatal":
+            with self._lock:
+                self._slots.drop(slot, kill=slot.setup is not None)  # an owned actor is replaced by a fresh one
+            raise _RoundFailed(EvalError(f"Ray eval worker failed to start: {outcome[1]}", outcome[2]))
+        raise _RoundFailed(EvalError(f"Ray eval worker failed: {outcome[1]}", outcome[2]))
+
+    def _wait_ready(self, slots: list[Slot]) -> None:
+        """Block (in short waits, at most ``start_timeout``) until each slot's actor is up."""
+        deadline = time.monotonic() + self._start_timeout
+        for slot in slots:
+            with self._lock:
+                self._ensure_or_raise(slot)
+            while slot.probe is not None:
+                ready, _ = self._ray.wait([slot.probe], timeout=min(_POLL_S, max(0.01, deadline - time.monotonic())))
+                if ready:
+                    self._probe(slot)
+                elif self._closing:
+                    raise cancelled()
+                elif time.monotonic() >= deadline:
+                    raise EvalError(self._unschedulable(slot))
+
+    def _ensure_or_raise(self, slot: Slot) -> None:
+        try:
+            self._ensure(slot)
+        except _RoundFailed as exc:
+            raise exc.args[0] from None
 
     def _shutdown(self, timeout: float) -> None:
         self._closing = True
         deadline = time.monotonic() + timeout
-        with self._lock:
-            actor, self._actor = self._actor, None
-        if actor is not None and self._kill_on_shutdown:
-            try:
-                self._ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-            else:
-                self._confirm_dead(actor, deadline)
+        if self._kill_on_shutdown:
+            with self._lock:  # the round thread makes no new actor once _closing is set
+                actors = self._slots.drop_all()
+            self._slots.confirm_dead(actors, deadline)
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _confirm_dead(self, actor, deadline: float) -> None:
-        """ray.kill is asynchronous: wait (within the shutdown timeout) until the actor is gone."""
-        ray = self._ray
-        while time.monotonic() < deadline:
-            try:
-                ray.get(actor.__ray_ready__.remote(), timeout=min(0.5, max(0.05, deadline - time.monotonic())))
-            except ray.exceptions.GetTimeoutError:
-                continue
-            except Exception:  # noqa: BLE001 - RayActorError: it is dead
-                return
-            time.sleep(0.05)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from simeval.backends.host import WorkerHost
@@ -23,8 +25,17 @@ class EvalActor:
         """Front-end settings (log prefix, keep_episodes) for ``simeval.connect``."""
         return dict(self.info)
 
-    def run(self, step: int, weights, overrides: Any = None) -> tuple:
-        return self.host.run(step, weights, overrides)
+    def where(self) -> dict:
+        """The Ray node, host and process this worker runs in (reported with each result)."""
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
+
+    def run(self, step: int, weights, overrides: Any = None, shard: Any = None) -> tuple:
+        outcome = self.host.run(step, weights, overrides, shard)
+        if outcome[0] == "result":
+            outcome[1]["worker"] = self.where()
+        return outcome
 
     def close(self) -> None:
         self.host.close()

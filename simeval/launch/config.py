@@ -38,7 +38,14 @@ def _opt(default: Any, help: str, **meta: Any) -> Any:
 @dataclass
 class LaunchConfig:
     backend: str = _opt("thread", f"where evaluation runs: {', '.join(BACKENDS)}")
-    num_gpus: float = _opt(0, "GPUs the Ray actor asks for")
+    num_gpus: float = _opt(0, "GPUs each Ray worker asks for")
+    num_cpus: float = _opt(1, "CPUs each Ray worker asks for")
+    workers: int = _opt(
+        1,
+        "Ray workers: --watch evaluates up to this many checkpoints at once; --checkpoint splits its episodes "
+        "over them (same numbers as one worker)",
+    )
+    max_restarts: int = _opt(3, "Ray: times a worker's share of a round is re-run after the worker died")
     device: str | None = _opt(None, "eval device, e.g. cuda:1 (process backend: only that GPU is visible)")
     env: str = _opt(
         "HalfCheetah-v5",
@@ -105,6 +112,18 @@ class LaunchConfig:
             raise ConfigError("give one source of weights, not " + " and ".join(f"--{s}" for s in sources) + ".")
         if self.serve and self.backend != "ray":
             raise ConfigError("--serve needs --backend ray (a named Ray actor is what training connects to).")
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}.")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}.")
+        if self.workers > 1 and self.backend != "ray":
+            raise ConfigError(
+                f"--workers {self.workers} needs --backend ray (the thread and process backends run one worker)."
+            )
+        if self.workers > 1 and self.serve:
+            raise ConfigError("--serve runs one named worker: --workers is for --checkpoint and --watch.")
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise ConfigError("--num-cpus and --num-gpus must be >= 0.")
         for name in ("num_envs", "episodes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")

@@ -93,12 +93,13 @@ def placement(device: str | None, backend: str) -> tuple[str | None, str | None]
 # -- what workers build (module level: picklable by reference) -----------------
 def build_env(
     name: str,
-    num_envs: int,
     max_steps: int | None,
     device: str | None,
     obs_norm: bool,
     video_dir: str | None,
     backend: str | None = None,
+    *,
+    num_envs: int,
 ):
     from simeval.envs import make_env
 
@@ -128,8 +129,13 @@ def build_policy(factory: str, kwargs: dict, env):
     return resolve_callable(factory, "--policy")(env, **kwargs)
 
 
-def make_evaluator(cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str):
-    """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results."""
+def make_evaluator(
+    cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str, num_workers: int = 1
+):
+    """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results.
+
+    ``num_workers`` Ray workers split each round (the env factory takes ``num_envs=``: its share).
+    """
     cuda_visible, device = placement(cfg.device, cfg.backend)
     init_fn = None
     if cfg.backend != "thread" and (cfg.init_fn or cuda_visible):
@@ -149,7 +155,7 @@ def make_evaluator(cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str
 
     return Evaluator(
         functools.partial(
-            build_env, plan.env, cfg.num_envs, cfg.max_steps, device, plan.obs_norm, video_dir, cfg.env_backend
+            build_env, plan.env, cfg.max_steps, device, plan.obs_norm, video_dir, cfg.env_backend, num_envs=cfg.num_envs
         ),
         policy_factory=functools.partial(build_policy, plan.policy_factory, dict(plan.policy_kwargs)),
         num_trajectories=cfg.episodes,
@@ -159,13 +165,21 @@ def make_evaluator(cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str
         backend=cfg.backend,
         init_fn=init_fn,
         num_gpus=cfg.num_gpus,
-        ray_kwargs={"name": cfg.serve} if cfg.serve else None,
+        ray_kwargs=_ray_kwargs(cfg),
+        num_workers=num_workers,
+        max_restarts=cfg.max_restarts,
         start_timeout=cfg.start_timeout,
         keep_episodes=True,
         results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
         results_context=record_context(cfg, plan, env_backend),
         info_keys=cfg.info_keys,
     )
+
+
+def _ray_kwargs(cfg: LaunchConfig) -> dict | None:
+    if cfg.backend != "ray":
+        return None
+    return {"num_cpus": cfg.num_cpus, **({"name": cfg.serve} if cfg.serve else {})}
 
 
 def record_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:

@@ -38,8 +38,14 @@ class ResultsLog:
     def records(self) -> Iterator[dict[str, Any]]:
         return read_records(self.path)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: dict[str, Any], publish: bool = True) -> None:
+        """Write ``record`` to results.jsonl (durably); ``publish=False`` leaves the logger to :meth:`publish`."""
         append_record(self.path, record)
+        if publish:
+            self.publish(record)
+
+    def publish(self, record: dict[str, Any]) -> None:
+        """Send an ok record's metrics to the torchrl logger."""
         if self._logger is not None and record.get("status") == "ok":
             for name, value in record["metrics"].items():
                 if value is not None:

@@ -56,20 +56,28 @@ class Watcher:
         self.stop = stop
         self.poll_interval = poll_interval
         self._steps: dict[str, tuple[tuple[int, int], int]] = {}  # name -> ((size, mtime_ns), step)
+        self.done = False
 
     def __iter__(self) -> Iterator[Checkpoint | Unreadable]:
         while not self.stop.is_set():
-            item = self._next()
-            if item is None and os.path.exists(os.path.join(self.directory, DONE_FILE)):
-                # One more look: a checkpoint written just before DONE; training is over, so nothing settles.
-                item = self._next(final=True)
-                if item is None:
-                    print(f"{DONE_FILE} found and every checkpoint evaluated; done.", flush=True)
-                    return
+            item = self.take()
+            if self.done:
+                return
             if item is None:
                 self.stop.wait(self.poll_interval)
                 continue
             yield item
+
+    def take(self) -> Checkpoint | Unreadable | None:
+        """The next checkpoint if one is there now, else None (and ``done`` once DONE is there and none is left)."""
+        item = self._next()
+        if item is None and os.path.exists(os.path.join(self.directory, DONE_FILE)):
+            # One more look: a checkpoint written just before DONE; training is over, so nothing settles.
+            item = self._next(final=True)
+            if item is None:
+                self.done = True
+                print(f"{DONE_FILE} found and every checkpoint taken; done.", flush=True)
+        return item
 
     def _next(self, final: bool = False) -> Checkpoint | Unreadable | None:
         """The lowest-step new checkpoint, loaded; an Unreadable; or None when there is none."""

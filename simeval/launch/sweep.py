@@ -1,0 +1,169 @@
+"""Evaluate a source of checkpoints on up to K evaluators at once, each checkpoint exactly once.
+
+The source (a :class:`~simeval.launch.watch.Watcher`, or one ``--checkpoint``)
+hands out checkpoints in step order; each idle evaluator takes the next. A
+result is appended to ``results.jsonl`` (whole, fsync'd) the moment it is in,
+so with K > 1 lines arrive in completion order: readers sort by step (the
+report does). Nothing measured waits in memory for a slower checkpoint, and a
+restart skips every name already in the file: after SIGTERM or a crash, the
+checkpoints that were still running are evaluated again, the others never.
+The metrics logger (whose dashboards, wandb's in particular, want steps in
+order) gets each result once no lower step is still running.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+_TICK_S = 0.2
+
+
+@dataclass
+class _Running:
+    ck: Any
+    started: float
+
+
+class One:
+    """A source of one checkpoint (``--checkpoint``)."""
+
+    def __init__(self, ck) -> None:
+        self.items, self.done = [ck], False
+
+    def take(self):
+        if not self.items:
+            self.done = True
+            return None
+        return self.items.pop()
+
+
+class Sweep:
+    """The dispatch loop: take checkpoints while evaluators are idle, record results as they finish."""
+
+    def __init__(self, session, log, *, keep_going: bool) -> None:
+        self.session = session
+        self.log = log
+        self.keep_going = keep_going
+        self.cfg = session.cfg
+        self.running: dict[int, _Running] = {}
+        self.idle = list(range(session.slots))
+        self.held: list[dict] = []  # recorded, not yet given to the logger
+
+    def run(self, source) -> int:
+        stop = self.session.stop
+        closed = False  # --until-step reached: take nothing more
+        next_scan = 0.0
+        try:
+            while not stop.is_set():
+                if self.idle and not closed and not source.done and time.monotonic() >= next_scan:
+                    closed = self._dispatch(source)
+                    next_scan = time.monotonic() + self.cfg.poll_interval
+                if self._collect():
+                    next_scan = 0.0  # a worker is free: look for the next checkpoint at once
+                self._publish()
+                if not self.running and (closed or source.done):
+                    if closed:
+                        print(f"reached --until-step {self.cfg.until_step}; done.", flush=True)
+                    return 0
+                wait = _TICK_S if self.running or not next_scan else next_scan - time.monotonic()
+                stop.wait(max(0.01, wait))
+            where = f"{len(self.running)} running evaluation(s) abandoned, " if self.running else ""
+            print(f"stopped by signal; {where}nothing partial written; results so far are in {self.log.path}")
+            return 0
+        finally:
+            self._publish(everything=True)
+
+    def _dispatch(self, source) -> bool:
+        """Start checkpoints on idle evaluators; True once one at or past --until-step was started."""
+        from simeval.launch.config import ConfigError
+        from simeval.launch.watch import Unreadable
+
+        while self.idle:
+            ck = source.take()
+            if ck is None:
+                return False
+            if isinstance(ck, Unreadable):
+                self._fail(ck.path, ck.error, ck.step)
+                continue
+            index = self.idle[0]
+            try:
+                self.session.start(ck, index)
+            except ConfigError:
+                raise  # the run's settings: no checkpoint could be evaluated
+            except Exception as exc:  # noqa: BLE001 - CheckpointError, ValueError, EvalError: recorded or raised
+                self._failed(ck, exc)
+                continue
+            self.idle.pop(0)
+            self.running[index] = _Running(ck, time.monotonic())
+            on = f" on worker {index}" if self.session.slots > 1 else ""
+            print(f"evaluating {ck.path} (step {ck.step}){on} ...", flush=True)
+            if reached(self.cfg.until_step, [ck.step]):
+                return True
+        return False
+
+    def _collect(self) -> bool:
+        """Record every finished evaluation; True if an evaluator became idle."""
+        from simeval.errors import EvalError
+
+        freed = False
+        for index, run in list(self.running.items()):
+            try:
+                result = self.session.poll(index)
+            except EvalError as exc:
+                result = exc
+            if result is None:
+                continue
+            del self.running[index]
+            self.idle.append(index)
+            self.idle.sort()
+            freed = True
+            if isinstance(result, Exception):
+                self._failed(run.ck, result)
+                continue
+            record = self.session.record_of(run.ck, result, time.monotonic() - run.started)
+            self.log.append(record, publish=False)
+            self.held.append(record)
+            print(summary(result, run.ck), flush=True)
+        return freed
+
+    def _publish(self, everything: bool = False) -> None:
+        """Give the logger each recorded result once no lower step is still running."""
+        lowest = min((r.ck.step for r in self.running.values()), default=None)
+        self.held.sort(key=lambda r: r["step"])
+        while self.held and (everything or lowest is None or self.held[0]["step"] <= lowest):
+            self.log.publish(self.held.pop(0))
+
+    def _failed(self, ck, exc: BaseException) -> None:
+        from simeval.launch.checkpoint import CheckpointError
+
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not self.keep_going:
+            if ck.path in message:
+                raise exc
+            raise CheckpointError(f"{ck.path}: {message}") from exc  # the one line names the file
+        self._fail(ck.path, message, ck.step)
+
+    def _fail(self, path: str, message: str, step: int | None = None) -> None:
+        from simeval.launch.app import checkpoint_name
+        from simeval.records import failed_record
+
+        name = checkpoint_name(path, self.cfg.watch)
+        print(f"checkpoint {name} failed: {message}", flush=True)
+        self.log.append(failed_record(path, message, step, name))
+
+
+def reached(until: int | None, steps: list[int]) -> bool:
+    return until is not None and any(step >= until for step in steps)
+
+
+def summary(result: dict, ck) -> str:
+    """The terminal table of one evaluation."""
+    import os
+
+    keys = ("reward", "reward_ci_low", "reward_ci_high", "reward_std", "episode_length", "num_episodes", "fps")
+    keys += ("success_rate",)  # only when info_keys or the env's log entries give one
+    rows = [f"{'checkpoint':<16}{os.path.basename(ck.path)} (step {ck.step})"]
+    rows += [f"{k:<16}{float(result[f'eval/{k}']):.2f}" for k in keys if result.get(f"eval/{k}") is not None]
+    return "\n".join(rows)
