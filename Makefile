@@ -14,13 +14,13 @@ ISAAC_STAMP := $(ISAAC_VENV)/.simeval-installed
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
-.PHONY: demo test test-core test-isaaclab isaaclab lint bench bench-native bench-isaaclab clean
+.PHONY: demo test test-core test-core-main test-core-docker test-isaaclab isaaclab lint bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
-	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs]"
+	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp]"
 	touch $@
 
 # pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).
@@ -36,14 +36,23 @@ isaaclab: $(ISAAC_STAMP)
 demo: $(STAMP)
 	$(PY) -m simeval.launch.demo
 
-# Two jobs at once: the Isaac Lab venv (mostly downloads and unpacking) builds beside the core venv,
-# then tests/isaac_lab runs beside the core suite (which waits on Docker builds and Slurm jobs much of
-# the time). Their progress lines interleave in the log; each prints its own summary.
+# Two jobs at a time (make -j2). The core suite is two pytest sessions: the tests against a real Docker
+# engine (an image build: mostly waiting on downloads) and all the others; either runs beside the other
+# or beside the Isaac Lab venv build and tests/isaac_lab. The Slurm tests stay in the main session: their
+# jobs run `ray start --head` on this machine, which a Ray test beside them could otherwise join.
+# Progress lines interleave in the log; each session prints its own summary.
+DOCKER_TESTS := tests/test_docker.py
+
 test:
 	$(MAKE) -j2 test-core test-isaaclab
 
-test-core: $(STAMP) lint
-	$(PY) -m pytest -q --durations=15
+test-core: test-core-main test-core-docker
+
+test-core-main: $(STAMP) lint
+	$(PY) -m pytest -q --durations=15 --ignore=$(DOCKER_TESTS)
+
+test-core-docker: $(STAMP) lint
+	$(PY) -m pytest -q --durations=5 $(DOCKER_TESTS)
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
@@ -56,8 +65,16 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_evaluator.py
 
+# EnvPool (the peer in rows (e)-(h)) is installed on first use only: it is no dependency of simeval.
 bench-native: $(STAMP)
+	$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('envpool') is None)" \
+		|| $(PY) -m pip install --quiet -c constraints-ci.txt "envpool==1.2.5"
 	$(PY) benchmarks/bench_native.py
+
+# Needs a CUDA GPU (exits 2 without one); `$(PY) benchmarks/bench_gpu.py --device cpu` is a smoke run on Warp's CPU.
+.PHONY: bench-gpu
+bench-gpu: $(STAMP)
+	$(PY) benchmarks/bench_gpu.py
 
 bench-isaaclab: $(ISAAC_STAMP)
 	$(ISAAC_PY) benchmarks/bench_isaaclab.py

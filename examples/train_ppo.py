@@ -3,10 +3,18 @@
     python examples/train_ppo.py --env HalfCheetah-v5 --frames 1000000 --ckpt-dir runs/ppo/ckpt
 
 Every ``--eval-every`` frames the current actor and the training env's VecNormV2
-statistics go to a simeval Evaluator: in-process with the process backend, or
-to a served evaluator (``python -m simeval.launch --serve NAME``) with
-``--eval-serve NAME``. Checkpoints are written with ``simeval.save_checkpoint``
-every ``--ckpt-every`` frames (atomically; a watcher can evaluate them).
+statistics go to a simeval Evaluator: in-process (``--eval-backend``, the process
+backend by default), or to a served evaluator (``python -m simeval.launch --serve
+NAME``) with ``--eval-serve NAME``. Checkpoints are written with
+``simeval.save_checkpoint`` every ``--ckpt-every`` frames (atomically; a watcher
+can evaluate them).
+
+On a GPU (``--device cuda:0``) the env's tensors, the networks, the batch, the
+replay storage and the loss all live there, and the in-process evaluator runs its
+policy there too; ``--env-backend warp`` also steps the physics there:
+
+    python examples/train_ppo.py --device cuda:0 --env-backend warp --num-envs 1024 \
+        --frames-per-batch 32768 --minibatch 4096 --epochs 5 --eval-backend thread
 """
 
 from __future__ import annotations
@@ -14,6 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
+
+# make_env's backends (simeval.envs.ENV_BACKENDS), spelled out so that --help needs no import.
+ENV_BACKENDS = ("native", "gymnasium", "warp")
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -32,18 +43,55 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (small MLPs: 1 is fastest)")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="where training runs and the env puts its tensors, e.g. cpu or cuda:0 (default: the env's device, "
+        "cpu for the MuJoCo backends native and gymnasium)",
+    )
+    p.add_argument(
+        "--env-backend",
+        default=None,
+        choices=ENV_BACKENDS,
+        help="make_env backend (default: make_env's, native for the MuJoCo tasks it has); warp steps on --device",
+    )
     p.add_argument("--eval-every", type=int, default=100_000, help="frames between evaluations (0: never)")
     p.add_argument("--eval-episodes", type=int, default=8)
     p.add_argument("--eval-serve", default=None, help="name of a served evaluator to use instead of a local one")
+    p.add_argument(
+        "--eval-backend",
+        default="process",
+        choices=("thread", "process"),
+        help="the in-process evaluator's backend: thread shares this process (and its CUDA context), "
+        "process runs a child (a second CUDA context on a GPU)",
+    )
     p.add_argument("--ckpt-dir", default=None)
     p.add_argument("--ckpt-every", type=int, default=100_000)
     return p.parse_args(argv)
 
 
-def _eval_env(name: str, num_envs: int):
+def _eval_env(name: str, num_envs: int, device: str | None = None, backend: str | None = None):
     from simeval.envs import make_env
 
-    return make_env(name, num_envs=num_envs)
+    return make_env(name, num_envs=num_envs, device=device, backend=backend)
+
+
+def _to_device(module, device):
+    """``module.to(device)``, with the tensors in its distributions' keyword arguments (``.to`` leaves those).
+
+    The actor's TanhNormal ``low``/``high`` come from the env's action spec: they
+    must live where the actor runs.
+    """
+    import torch
+
+    module.to(device)
+    for sub in module.modules():
+        kwargs = getattr(sub, "distribution_kwargs", None)
+        if isinstance(kwargs, dict):
+            for key, value in kwargs.items():
+                if isinstance(value, torch.Tensor):
+                    kwargs[key] = value.to(device)
+    return module
 
 
 def _fill_autoreset_next_obs(batch) -> None:
@@ -78,37 +126,55 @@ def main(argv=None) -> None:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    env = make_env(args.env, num_envs=args.num_envs, seed=args.seed)
+    env = make_env(args.env, num_envs=args.num_envs, seed=args.seed, device=args.device, backend=args.env_backend)
+    # Training runs where the env puts its tensors (--device, or the env's own: CPU for the MuJoCo
+    # backends, cuda:0 for Warp or Isaac Lab on a GPU machine), so no batch crosses devices. The env's
+    # device comes with its index ("cuda" -> cuda:0), which the collector compares with the actor's.
+    device = env.device if env.device is not None else torch.device(args.device or "cpu")
     vecnorm = env.transform[2]
-    actor = gaussian_actor(env, hidden=args.hidden)
+    actor = _to_device(gaussian_actor(env, hidden=args.hidden), device)
     obs_dim = env.observation_spec["observation"].shape[-1]
     critic = ValueOperator(
         MLP(in_features=obs_dim, out_features=1, num_cells=args.hidden, activation_class=torch.nn.Tanh),
         in_keys=["observation"],
-    )
+    ).to(device)
     with torch.no_grad():
         td = env.reset()
         actor(td)
         critic(td)
 
-    collector = Collector(env, actor, frames_per_batch=args.frames_per_batch, total_frames=args.frames)
+    # The actor already lives on `device`: the collector runs it as is (no copy) and stores batches there.
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=args.frames_per_batch,
+        total_frames=args.frames,
+        policy_device=device,
+        env_device=env.device,
+        storing_device=device,
+    )
     buffer = ReplayBuffer(
-        storage=LazyTensorStorage(args.frames_per_batch), sampler=SamplerWithoutReplacement(), batch_size=args.minibatch
+        storage=LazyTensorStorage(args.frames_per_batch, device=device),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=args.minibatch,
     )
     advantage = GAE(gamma=args.gamma, lmbda=args.lmbda, value_network=critic, average_gae=False)
     loss_fn = ClipPPOLoss(
         actor, critic, clip_epsilon=args.clip, entropy_coeff=args.entropy, critic_coeff=0.5, normalize_advantage=True
-    )
+    ).to(device)
     optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr, eps=1e-5)
 
     if args.eval_serve:
         evaluator = simeval.connect(args.eval_serve, busy_policy="skip")
     elif args.eval_every:
+        # The eval env is built like the training env (device, backend) and the evaluator's own actor
+        # is moved to `device`; the weights handed over are moved to each module's device on load.
         evaluator = simeval.Evaluator(
-            functools.partial(_eval_env, args.env, args.eval_episodes),
+            functools.partial(_eval_env, args.env, args.eval_episodes, args.device, args.env_backend),
             policy_factory=functools.partial(gaussian_actor, hidden=args.hidden),
             num_trajectories=args.eval_episodes,
-            backend="process",
+            device=str(device),
+            backend=args.eval_backend,
             busy_policy="skip",
             seed=args.seed,
         )

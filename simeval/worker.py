@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from simeval import metrics, vecnorm
+from simeval import metrics, pipeline, vecnorm
 from simeval.frames import FrameBuffer, can_render
 from simeval.rollout import StoppablePolicy, run_round
 from simeval.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
@@ -107,6 +107,9 @@ class EvalWorker:
     # Set by the process and Ray backends: this worker is alone in its process, so
     # seeding torch's global RNG and choosing torch's thread count are its to do.
     owns_process = False
+    # Set by the thread backend: rounds run on a thread of the worker's own. torch's intra-op
+    # thread count is per thread (OpenMP), so the worker can choose it without touching the caller's.
+    owns_thread = False
 
     def __init__(
         self,
@@ -126,6 +129,7 @@ class EvalWorker:
         self._owns_env = env is None
         self.stop = stop or threading.Event()
         self._collector = None
+        self._pipeline: pipeline.Pipeline | None = None  # the native env's rounds, where it reproduces the Collector
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
         self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
@@ -140,9 +144,10 @@ class EvalWorker:
         if owns_policy:
             self.policy = self._policy_factory(self.env)
         self._device = self._policy_device(owns_policy)
-        if self.owns_process and self._device.type == "cpu":
-            # One intra-op thread: small CPU policies run faster, and an eval worker
-            # beside training should not take every core from it.
+        if (self.owns_process or self.owns_thread) and self._device.type == "cpu":
+            # One intra-op thread: small CPU policies run faster, a second one fights the
+            # simulator's threads for the cores, and an eval worker beside training should
+            # not take every core from it.
             torch.set_num_threads(1)
         # An env that resets itself inside step (Isaac Lab, torchrl's native_autoreset) has no "next"
         # RewardSum/StepCounter values at an episode's last step: the tally sums rewards and counts steps.
@@ -158,6 +163,7 @@ class EvalWorker:
         with vecnorm.frozen_for_round(self.env), eval_mode(self.policy), torch.no_grad():
             self._collector = self._make_collector(rollout_env)
         self._rollout_env = self._collector.env
+        self._pipeline = pipeline.plan(self._rollout_env, self.policy, self.settings, self._frames is not None)
 
     def _policy_device(self, owns_policy: bool) -> torch.device:
         """Where the policy runs: ``settings.device`` (a policy this worker built is moved there), else its own."""
@@ -259,6 +265,7 @@ class EvalWorker:
             raise
 
     def _discard(self) -> None:
+        self._close_pipeline()
         collector, self._collector = self._collector, None
         if collector is not None:
             with contextlib.suppress(Exception):
@@ -285,18 +292,22 @@ class EvalWorker:
             vecnorm.check_stats(self.env)
             if seed is not None and self.owns_process:
                 torch.manual_seed(seed)
-            episodes = run_round(
-                self._collector,
-                self._rollout_env,
-                quotas,
-                reward_key=settings.reward_key,
-                done_key=settings.done_key,
-                episode_return_key=self._episode_return_key,
-                use_step_count=not self._native_autoreset,
-                seed=seed,
-                keep_trajectories=settings.metrics_fn is not None,
-                stop=self.stop,
-                info_keys=settings.info_keys,
+            episodes = (
+                self._pipeline.run(quotas, seed, self.stop, self._collector.exploration_type)
+                if self._pipeline is not None
+                else run_round(
+                    self._collector,
+                    self._rollout_env,
+                    quotas,
+                    reward_key=settings.reward_key,
+                    done_key=settings.done_key,
+                    episode_return_key=self._episode_return_key,
+                    use_step_count=not self._native_autoreset,
+                    seed=seed,
+                    keep_trajectories=settings.metrics_fn is not None,
+                    stop=self.stop,
+                    info_keys=settings.info_keys,
+                )
             )
         raw = metrics.summarize(episodes.returns, episodes.lengths, episodes.env_steps, episodes.seconds)
         raw["episode_returns"] = episodes.returns
@@ -353,7 +364,13 @@ class EvalWorker:
             t.dump(step=step)
         return frames
 
+    def _close_pipeline(self) -> None:
+        pipe, self._pipeline = self._pipeline, None
+        if pipe is not None:
+            pipe.close()
+
     def close(self) -> None:
+        self._close_pipeline()
         if self._collector is not None:
             with contextlib.suppress(Exception):
                 self._collector.shutdown(close_env=self._owns_env)

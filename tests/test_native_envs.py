@@ -134,7 +134,7 @@ def test_default_contact_forces_are_those_at_the_start_of_the_last_substep(name)
     fast.set_seed(SEED)
     td = fast.reset()
     model = fast._model
-    data, scratch = fast._batch.get_data(0), mujoco.MjData(model)
+    data, scratch = fast.groups[0].batch.get_data(0), mujoco.MjData(model)
     in_contact = 0
     for t, action in enumerate(_actions(fast, steps)):
         td["action"] = action
@@ -152,7 +152,7 @@ def test_default_contact_forces_are_those_at_the_start_of_the_last_substep(name)
         assert np.array_equal(observed, forces.reshape(-1).astype(np.float32)), t
         in_contact += bool(observed.any())
         if td["next", "done"][0]:
-            data = fast._batch.get_data(0)  # sub-env 0 was reset
+            data = fast.groups[0].batch.get_data(0)  # sub-env 0 was reset
         td = td_next
     assert in_contact > steps // 4
     fast.close()
@@ -368,7 +368,8 @@ def test_launch_cli_evaluates_256_native_envs_with_the_gymnasium_backends_number
     assert native["episode_returns"] == pytest.approx(gym["episode_returns"], rel=1e-5)
     bad = cli("--env", "Reacher-v5", "--env-backend", "physx", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "simeval-launch: error: unknown env backend 'physx': choose one of native, gymnasium."
+    expected = "simeval-launch: error: unknown env backend 'physx': choose one of native, gymnasium, warp."
+    assert bad.stderr.strip() == expected
     (tmp_path / "ckpt").mkdir()
     unsupported = cli("--env", "Reacher-v5", "--env-backend", "native", "--watch", str(tmp_path / "ckpt"))
     assert unsupported.returncode == 2 and "use backend='gymnasium'" in unsupported.stderr

@@ -72,7 +72,11 @@ def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_clu
         while "serving" not in line and time.time() < deadline:
             line = server.stdout.readline()
             assert line or server.poll() is None, server.stderr.read()[-2000:]
-        train = _train("--eval-serve", "simeval-test-ppo", env={"RAY_ADDRESS": address})
+        # The trainer's device and env backend named explicitly (what benchmarks/bench_gpu.py passes).
+        train = _train(
+            "--eval-serve", "simeval-test-ppo", "--device", "cpu", "--env-backend", "native",
+            env={"RAY_ADDRESS": address},
+        )  # fmt: skip
         assert train.returncode == 0, train.stderr[-3000:]
         assert "eval @" in train.stdout
         records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines() if x.strip()]

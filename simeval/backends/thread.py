@@ -41,8 +41,11 @@ class ThreadBackend(Backend):
                 env = env()  # torchrl's eager path: a factory with a ready policy
             if policy is None:
                 policy = recipe.policy_factory(env)
-            return cls(EvalWorker(recipe.settings, env=env, policy=policy))
-        return cls(EvalWorker(recipe.settings, env_factory=env, policy_factory=recipe.policy_factory))
+            worker = EvalWorker(recipe.settings, env=env, policy=policy)
+        else:
+            worker = EvalWorker(recipe.settings, env_factory=env, policy_factory=recipe.policy_factory)
+        worker.owns_thread = True
+        return cls(worker)
 
     def _start(
         self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None

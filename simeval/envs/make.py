@@ -1,7 +1,7 @@
 """Batched gymnasium MuJoCo tasks as torchrl envs (float32, VecNormV2, RewardSum, StepCounter).
 
-Two backends build the same env (same keys, dtypes, seeding, time limit and
-transform layout, so checkpoints and ``OBS_NORM_ID`` fit both):
+The backends build the same env (same keys, dtypes, seeding, time limit and
+transform layout, so checkpoints and ``OBS_NORM_ID`` fit them all):
 
 * ``"native"`` (:mod:`simeval.envs.mujoco`): every sub-env in one
   ``mujoco.batch.Batch``, stepped in C on a thread pool, with observations and
@@ -9,6 +9,9 @@ transform layout, so checkpoints and ``OBS_NORM_ID`` fit both):
 * ``"gymnasium"``: gymnasium's SyncVectorEnv with autoreset disabled, so
   torchrl drives partial resets itself (``_reset`` masks) and no spawned
   worker processes are needed. Any registered gymnasium id.
+* ``"warp"`` (:mod:`simeval.envs.warp`): every sub-env a world of MuJoCo Warp
+  on ``device`` (a GPU, or Warp's CPU device), with torch tensors that stay
+  there. ``WARP_TASKS`` only; float32 physics (``pip install simeval[warp]``).
 """
 
 from __future__ import annotations
@@ -33,17 +36,25 @@ NATIVE_TASKS = (
 )
 # gymnasium's MuJoCo v5 tasks named in error messages; the last two run on the gymnasium backend only.
 MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
-ENV_BACKENDS = ("native", "gymnasium")
+# What backend="warp" runs: the tasks that observe and reward qpos and qvel only. Not Humanoid (MuJoCo
+# Warp has no PGS solver) nor Ant (mujoco_warp 4.0.0 orients a steep capsule's friction pyramid on the
+# floor unlike MuJoCo, so Ant's feet slide differently: an O(1) difference, not float32 rounding).
+WARP_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "InvertedPendulum-v5")
+ENV_BACKENDS = ("native", "gymnasium", "warp")
 
 
 def env_backend(name: str, backend: str | None = None) -> str:
     """The backend ``make_env`` uses for ``name``: ``backend`` checked, or native where it has the task."""
     if backend not in (None, *ENV_BACKENDS):
-        raise ValueError(f"unknown backend {backend!r}: choose 'native' or 'gymnasium' (or None for the default).")
+        raise ValueError(
+            f"unknown backend {backend!r}: choose 'native', 'gymnasium' or 'warp' (or None for the default)."
+        )
     if backend == "native" and name not in NATIVE_TASKS:
         raise ValueError(
             f"backend='native' has no {name!r} (it runs {', '.join(NATIVE_TASKS)}): use backend='gymnasium'."
         )
+    if backend == "warp" and name not in WARP_TASKS:
+        raise ValueError(f"backend='warp' has no {name!r}: it runs {', '.join(WARP_TASKS)}.")
     return backend or ("native" if name in NATIVE_TASKS else "gymnasium")
 
 
@@ -59,6 +70,7 @@ def make_env(
     backend: str | None = None,
     num_threads: int | None = None,
     exact_contact_forces: bool = False,
+    groups: int | None = None,
 ) -> TransformedEnv:
     """A batched torchrl env for a gymnasium task.
 
@@ -74,7 +86,9 @@ def make_env(
         max_steps: episode cap enforced by a StepCounter (truncation);
             ``None`` keeps only the task's own time limit.
         seed: seeds the sub-envs (sub-env ``i`` gets ``seed + i``).
-        device: where the tensors go; the simulation itself runs on CPU.
+        device: where the tensors go; the simulation itself runs on CPU, except on
+            backend ``"warp"``, where it runs there too (``None``: ``cuda:0`` when
+            Warp sees a GPU, else Warp's CPU device).
         obs_norm: append a VecNormV2 on ``observation`` with statistics shared
             across sub-envs (so they do not depend on ``num_envs``). An eval
             worker freezes it and needs the training statistics (``weights_dict``).
@@ -82,10 +96,13 @@ def make_env(
             "track" camera, for ``simeval.frames``). The gymnasium backend then
             builds its sub-envs with ``render_mode="rgb_array"``; the native
             env renders only when its ``render()`` is called, either way.
-        backend: ``"native"`` or ``"gymnasium"``; ``None`` picks native for
-            ``NATIVE_TASKS`` and gymnasium for any other id.
+        backend: ``"native"``, ``"gymnasium"`` or ``"warp"`` (MuJoCo Warp, ``WARP_TASKS``,
+            no ``render``); ``None`` picks native for ``NATIVE_TASKS`` and gymnasium
+            for any other id.
         num_threads: native backend only: threads that step the batch
             (``None``: one per available CPU, at most ``num_envs``).
+        groups: native backend only: 2 keeps the sub-envs in two halves whose physics
+            simeval's rollout overlaps with the policy (see ``MujocoBatchEnv``); default 1.
         exact_contact_forces: native backend, Ant and Humanoid only: observe
             gymnasium's contact forces exactly, at the cost of a Python call per
             sub-env in contact each step (see ``MujocoBatchEnv``); by default
@@ -114,7 +131,10 @@ def make_env(
             num_threads=num_threads,
             exact_contact_forces=exact_contact_forces,
             render_mode="rgb_array" if render else None,
+            groups=groups,
         )
+    elif backend == "warp":
+        base = _warp_env(name, num_envs, device, render)
     else:
         base = _gymnasium_env(name, num_envs, device, render)
     env = TransformedEnv(base)
@@ -130,6 +150,22 @@ def make_env(
     if seed is not None:
         env.set_seed(seed)
     return env
+
+
+def _warp_env(name: str, num_envs: int, device: str | None, render: bool) -> EnvBase:
+    """``num_envs`` worlds of MuJoCo Warp on ``device`` (:class:`simeval.envs.warp.WarpBatchEnv`)."""
+    if render:
+        raise ValueError("backend='warp' does not render: use backend='native' for frames.")
+    try:
+        import mujoco_warp  # noqa: F401
+        import warp  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            f"backend='warp' needs MuJoCo Warp ({err.name} is missing): pip install simeval[warp]"
+        ) from None
+    from simeval.envs.warp import WarpBatchEnv
+
+    return WarpBatchEnv(name, num_envs, device=device)
 
 
 def _gymnasium_env(name: str, num_envs: int, device: str | None, render: bool) -> EnvBase:

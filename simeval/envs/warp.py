@@ -1,0 +1,236 @@
+"""GPU-resident batched MuJoCo envs: gymnasium v5 tasks on MuJoCo Warp, torch tensors on the device.
+
+Every sub-env is one world of a ``mujoco_warp`` Data. Actions, observations,
+rewards and flags are torch tensors on the simulation's device that share
+memory with Warp's arrays (``wp.to_torch``, DLPack), and the step path is
+whole-batch torch ops plus Warp kernels: no host round trip, no Python per
+sub-env. On CUDA the ``frame_skip`` physics steps run as one captured CUDA graph.
+
+Only a reset touches the host, as :class:`simeval.envs.mujoco.MujocoBatchEnv`
+does: it reads the ``_reset`` mask, draws each reset sub-env's noise from its
+own generator (sub-env ``i`` seeded with ``seed + i``) and copies the new
+states to the device at once. Same keys, dtypes, specs, seeding and time limit
+as the native env, for the tasks whose observations and rewards read only qpos
+and qvel (``simeval.envs.make.WARP_TASKS``); the physics is MuJoCo's, in float32.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from simeval.envs.make import WARP_TASKS
+from simeval.envs.mujoco_tasks import HalfCheetah, Hopping, InvertedPendulum, Task, get_task, load_model
+
+
+def warp_devices(device: str | torch.device | None) -> tuple[object, torch.device]:
+    """The Warp device and the torch device of ``device`` (``None``: ``cuda:0`` when Warp sees a GPU, else CPU)."""
+    import warp as wp
+
+    if wp.config.log_level == wp.LOG_INFO:  # Warp's default: a line per compiled module, hundreds at first use
+        wp.config.log_level = wp.LOG_WARNING
+    name = ("cuda:0" if wp.is_cuda_available() else "cpu") if device is None else str(device)
+    try:
+        wp_device = wp.get_device(name)
+    except (ValueError, RuntimeError):
+        found = ", ".join(str(d) for d in wp.get_devices())
+        raise ValueError(f"unknown device {name!r} for backend='warp': Warp has {found}.") from None
+    return wp_device, torch.device(wp.device_to_torch(wp_device))
+
+
+class WarpBatchEnv(EnvBase):
+    """A batch of ``num_envs`` sub-envs of a gymnasium MuJoCo v5 task on MuJoCo Warp, as one torchrl env.
+
+    Args:
+        task: gymnasium id, one of :data:`simeval.envs.make.WARP_TASKS`.
+        num_envs: sub-envs, i.e. Warp worlds (batch size ``[num_envs]``).
+        device: where the physics runs and the tensors live (``"cuda:0"``, ``"cpu"``, ...);
+            ``None``: ``cuda:0`` when Warp sees a GPU, else Warp's CPU device.
+        max_episode_steps: truncation step (``None``: gymnasium's registered TimeLimit).
+    """
+
+    def __init__(
+        self,
+        task: str = "HalfCheetah-v5",
+        num_envs: int = 1,
+        *,
+        device: str | torch.device | None = None,
+        max_episode_steps: int | None = None,
+    ) -> None:
+        import mujoco
+        import mujoco_warp as mjw
+        import warp as wp
+
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+        if task not in WARP_TASKS:
+            raise ValueError(f"backend='warp' has no {task!r}: it runs {', '.join(WARP_TASKS)}.")
+        self.task = get_task(task)
+        self._wp_device, torch_device = warp_devices(device)
+        super().__init__(device=torch_device, batch_size=torch.Size([num_envs]))
+        self._n = n = num_envs
+        model = load_model(self.task)
+        with wp.ScopedDevice(self._wp_device):
+            self._m, self._d = mjw.put_model(model), mjw.make_data(model, nworld=n)
+        self._dt = model.opt.timestep * self.task.frame_skip
+        self._max_steps = max_episode_steps or self.task.max_episode_steps
+        with torch.inference_mode(False):  # tensors updated in place at every step, in inference mode or not
+            # Torch views of Warp's arrays (same memory): the state the tasks read, and ctrl to write.
+            self.state = SimpleNamespace(**{k: wp.to_torch(getattr(self._d, k)) for k in ("qpos", "qvel", "ctrl")})
+            self._reset_mask = torch.ones(n, dtype=torch.bool, device=self.device)
+            self._elapsed = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self._wp_reset_mask = wp.from_torch(self._reset_mask)
+        data = mujoco.MjData(model)
+        self._init_qpos, self._init_qvel = data.qpos.copy(), data.qvel.copy()
+        self._rngs: list[np.random.Generator] | None = None
+        self._obs_dim = self.task.obs_dim(model)
+        self._make_specs(model)
+        self._graph = None
+        if self._wp_device.is_cuda:  # one graph launch per env step instead of hundreds of kernel launches
+            self._warp(self._step_physics)  # compiles and loads every kernel before the capture
+            self._warp(mjw.reset_data, self._m, self._d, self._wp_reset_mask)
+            with wp.ScopedDevice(self._wp_device), wp.ScopedCapture() as capture:  # records, runs nothing
+                self._step_physics()
+            self._graph = capture.graph
+        wp.synchronize_device(self._wp_device)  # Warp's set-up copies are done before torch writes the state
+
+    def _step_physics(self) -> None:
+        import mujoco_warp as mjw
+
+        for _ in range(self.task.frame_skip):
+            mjw.step(self._m, self._d)
+
+    def _make_specs(self, model) -> None:
+        n, nu, dev = self._n, model.nu, self.device
+        bounds = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32)  # gymnasium's action space
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(n, self._obs_dim), dtype=torch.float32, device=dev), shape=(n,)
+        )
+        low, high = bounds[:, 0].expand(n, nu), bounds[:, 1].expand(n, nu)
+        self.action_spec = Bounded(low=low, high=high, shape=(n, nu), dtype=torch.float32, device=dev)
+        self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
+        flag = {"shape": (n, 1), "dtype": torch.bool, "device": dev}
+        self.done_spec = Composite(
+            done=Categorical(2, **flag), terminated=Categorical(2, **flag), truncated=Categorical(2, **flag), shape=(n,)
+        )
+
+    # -- Warp calls, ordered with torch's work on the device ---------------------
+    def _warp(self, fn, *args) -> None:
+        import warp as wp
+
+        with wp.ScopedDevice(self._wp_device):
+            if not self._wp_device.is_cuda:
+                fn(*args)
+                return
+            with wp.ScopedStream(wp.stream_from_torch(self.device)):  # torch's current stream
+                fn(*args)
+
+    def _physics(self) -> None:
+        import warp as wp
+
+        if self._graph is not None:
+            self._warp(wp.capture_launch, self._graph)
+        else:
+            self._warp(self._step_physics)
+
+    # -- seeding and resets ---------------------------------------------------
+    def _set_seed(self, seed: int | None) -> None:
+        """Seed sub-env ``i`` with ``seed + i``, then reset every sub-env (as the native env and GymWrapper)."""
+        if seed is not None:
+            self._seed(seed)
+        self._reset_worlds(None)
+
+    def _seed(self, seed: int) -> None:
+        self._rngs = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed + i))) for i in range(self._n)]
+
+    def _reset_worlds(self, ids: np.ndarray | None) -> None:
+        """gymnasium's reset for sub-envs ``ids`` (None: all): MuJoCo's defaults, then host-drawn noise copied once.
+
+        gymnasium's mj_forward after the noise is left out: it only fills derived quantities,
+        which no task here reads and every step recomputes first (and it would run on every world).
+        """
+        import mujoco_warp as mjw
+
+        if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
+            self._rngs = [np.random.Generator(np.random.PCG64()) for _ in range(self._n)]
+        rows = range(self._n) if ids is None else ids.tolist()
+        init = [self.task.initial_state(self._rngs[i], self._init_qpos, self._init_qvel) for i in rows]
+        nq = self._init_qpos.shape[0]
+        states = torch.from_numpy(np.stack([np.concatenate(s) for s in init]).astype(np.float32)).to(self.device)
+        every = slice(None) if ids is None else torch.from_numpy(ids).to(self.device)
+        self._reset_mask.fill_(ids is None)
+        self._reset_mask[every] = True
+        self._warp(mjw.reset_data, self._m, self._d, self._wp_reset_mask)
+        self.state.qpos[every], self.state.qvel[every] = states[:, :nq], states[:, nq:]
+        self._elapsed[every] = 0
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        if kwargs.get("seed") is not None:
+            self._seed(kwargs["seed"])
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        ids = None
+        if mask is not None:
+            mask = mask.reshape(-1).cpu().numpy()  # the reset's one device-to-host copy
+            ids = None if mask.all() else np.flatnonzero(mask)
+        if ids is None or len(ids):
+            self._reset_worlds(ids)
+        false = torch.zeros((self._n, 1), dtype=torch.bool, device=self.device)
+        out = {"observation": observe(self.task, self.state), "done": false, "terminated": false.clone()}
+        out["truncated"] = false.clone()
+        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
+
+    # -- stepping ---------------------------------------------------------
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get("action").detach().to(self.device, torch.float32).reshape(self._n, -1)
+        before = self.state.qpos[:, 0].clone()  # what the forward velocity is measured from
+        self.state.ctrl.copy_(action)
+        self._physics()
+        reward, terminated = outcome(self.task, self.state, action, before, self._dt)
+        self._elapsed += 1
+        terminated, truncated = terminated.unsqueeze(-1), (self._elapsed >= self._max_steps).unsqueeze(-1)
+        out = {
+            "observation": observe(self.task, self.state),
+            "reward": reward.unsqueeze(-1),
+            "done": terminated | truncated,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(task={self.task.name!r}, num_envs={self._n}, device={self._wp_device})"
+
+
+# -- the tasks of simeval.envs.mujoco_tasks, as torch ops on the device (float32) -----------------
+def observe(task: Task, s: SimpleNamespace) -> torch.Tensor:
+    """The (N, obs_dim) float32 observation, as the task's NumPy ``observe``."""
+    if isinstance(task, InvertedPendulum):
+        return torch.cat((s.qpos, s.qvel), dim=1)
+    return torch.cat((s.qpos[:, 1:], s.qvel.clamp(-10, 10) if isinstance(task, Hopping) else s.qvel), dim=1)
+
+
+def outcome(
+    task: Task, s: SimpleNamespace, action: torch.Tensor, before: torch.Tensor, dt: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reward (N,), terminated bool (N,)) after a step taken with ``action``, as the task's NumPy ``outcome``."""
+    if isinstance(task, InvertedPendulum):
+        terminated = ~(s.qpos.isfinite().all(1) & s.qvel.isfinite().all(1)) | (s.qpos[:, 1].abs() > 0.2)
+        return (~terminated).float(), terminated
+    velocity = (s.qpos[:, 0] - before) / dt
+    ctrl_cost = task.ctrl_cost_weight * action.square().sum(1)
+    if isinstance(task, HalfCheetah):
+        return task.forward_reward_weight * velocity - ctrl_cost, torch.zeros_like(velocity, dtype=torch.bool)
+    assert isinstance(task, Hopping), task
+    z, angle = s.qpos[:, 1], s.qpos[:, 2]
+    (min_z, max_z), (min_a, max_a) = task.healthy_z_range, task.healthy_angle_range
+    healthy = (min_z < z) & (z < max_z) & (min_a < angle) & (angle < max_a)
+    if task.healthy_state_range is not None:  # Hopper: state_vector()[2:]
+        lo, hi = task.healthy_state_range
+        state = torch.cat((s.qpos[:, 2:], s.qvel), dim=1)
+        healthy &= ((lo < state) & (state < hi)).all(1)
+    return task.forward_reward_weight * velocity + healthy * task.healthy_reward - ctrl_cost, ~healthy

@@ -1,0 +1,316 @@
+"""Rounds on the native MuJoCo env without torchrl's Collector, optionally with two groups overlapped.
+
+Per step this loop does in NumPy and one policy call what a Collector over a
+TransformedEnv does with a dozen TensorDict operations: on a 2-core machine at
+256 envs, a third of the round's time. With an env built with ``groups=2``
+(:mod:`simeval.envs.mujoco_group`) a helper thread steps one group's physics (one
+C call that releases the GIL) while this thread reads the other group's results,
+resets its finished sub-envs and runs the policy on it: EnvPool's async idea,
+with two fixed groups so that every sub-env's steps, and so every number, are
+what a Collector over the same env gives.
+
+It replaces the Collector only where it reproduces it exactly: the env is a
+:class:`~simeval.envs.mujoco.MujocoBatchEnv` under make_env's transforms
+(DoubleToFloat, StepCounter, a frozen VecNormV2 on "observation", RewardSum), the
+policy reads "observation" only and writes "action", and nothing asks for what
+only the Collector keeps (trajectories for ``metrics_fn``, frames, info keys, a
+custom collector or batch size). Anything else runs on the Collector
+(:func:`plan` returns None); ``collector_cls="Collector"`` asks for it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+
+from simeval.errors import Cancelled
+from simeval.rollout import Episodes
+
+
+@dataclass
+class _Transforms:
+    counters: list  # StepCounters (their max_steps caps are read at each round's start)
+    vecnorm: object | None  # a VecNormV2 on "observation", frozen during rounds
+
+
+def _as_key(key) -> tuple:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _transforms(env) -> tuple[object, _Transforms] | None:
+    """The native base env and the transforms around it, or None if any is one this loop cannot reproduce."""
+    from torchrl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs.transforms import VecNormV2
+
+    from simeval.envs.mujoco import MujocoBatchEnv
+
+    found = _Transforms([], None)
+    layers = []
+    while isinstance(env, TransformedEnv):
+        layers.append(env.transform)
+        env = env.base_env
+    if type(env) is not MujocoBatchEnv or (env.device is not None and env.device.type != "cpu"):
+        return None
+    for transform in reversed(layers):
+        for t in transform if isinstance(transform, Compose) else [transform]:
+            if isinstance(t, DoubleToFloat):  # the native env has no float64 output: a no-op
+                continue
+            if isinstance(t, StepCounter):
+                if t.step_count_key != "step_count" or not t.update_done:
+                    return None
+                found.counters.append(t)
+            elif isinstance(t, RewardSum):
+                if [_as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
+                    return None
+            elif type(t) is VecNormV2:
+                if found.vecnorm is not None or not t.stateful or [_as_key(k) for k in t.in_keys] != [("observation",)]:
+                    return None
+                if [_as_key(k) for k in t.out_keys] != [("observation",)]:
+                    return None
+                found.vecnorm = t
+            else:
+                return None
+    return env, found
+
+
+def plan(env, policy, settings, recording: bool) -> Pipeline | None:
+    """A pipeline for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
+    if (
+        settings.collector_cls is not None
+        or settings.collector_kwargs
+        or settings.frames_per_batch is not None
+        or settings.metrics_fn is not None
+        or settings.info_keys
+        or recording
+        or tuple(settings.reward_key) != ("next", "reward")
+        or tuple(settings.done_key) != ("next", "done")
+    ):
+        return None
+    if [_as_key(k) for k in getattr(policy, "in_keys", [])] != [("observation",)]:
+        return None
+    if ("action",) not in [_as_key(k) for k in getattr(policy, "out_keys", [])]:
+        return None
+    found = _transforms(env)
+    if found is None:
+        return None
+    base, transforms = found
+    return Pipeline(env, base, transforms, policy)
+
+
+class Pipeline:
+    """Runs rounds of exactly the given per-sub-env episode quotas on a native env, groups overlapped."""
+
+    def __init__(self, env, base, transforms: _Transforms, policy) -> None:
+        self.env, self.base, self.t, self.policy = env, base, transforms, policy
+        self.device = _device(policy)
+        # A plain TensorDictModule is its module between two keys: call the module (a third of the
+        # per-step time of a small MLP is TensorDict bookkeeping). Anything else gets a TensorDict.
+        self.module = (
+            policy.module if type(policy) is TensorDictModule and list(policy.out_keys) == ["action"] else None
+        )
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="simeval-physics") if len(base.groups) > 1 else None
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    def run(self, quotas: list[int], seed: int | None, stop: threading.Event, exploration_type) -> Episodes:
+        from torchrl.envs.utils import set_exploration_type
+
+        with set_exploration_type(exploration_type):
+            return _Round(self, quotas, stop).run(seed)
+
+
+class _Round:
+    """One round's state: per-sub-env returns, step counts and episode records, and the step loop."""
+
+    def __init__(self, pipeline: Pipeline, quotas: list[int], stop: threading.Event) -> None:
+        self.p, self.stop = pipeline, stop
+        base = pipeline.base
+        n = base.batch_size.numel()
+        self.quota = np.asarray(quotas, dtype=np.int64)
+        self.completed = np.zeros(n, dtype=np.int64)
+        self.returns = np.zeros(n, dtype=np.float32)  # RewardSum's float32 running sum
+        self.steps = np.zeros(n, dtype=np.int64)  # StepCounter's step_count
+        self.norm = None if pipeline.t.vecnorm is None else _loc_scale(pipeline.t.vecnorm)
+        caps = [c.max_steps for c in pipeline.t.counters if c.max_steps is not None]
+        self.cap = min(caps) if caps else None
+        self.obs = np.empty((n, base.obs_dim), dtype=np.float32)  # raw observations
+        self.records: list[tuple] = []  # (sub-env, ordinal, return, length, terminated, truncated)
+        self.env_steps = 0
+        self.first_done: list[list] = [[] for _ in base.groups]  # per group, per step: (reward sum, any done)
+        self._first_done_seen = [False] * len(base.groups)
+        self._actions: list = [None] * len(base.groups)
+
+    @property
+    def finished(self) -> bool:
+        return bool((self.completed >= self.quota).all())
+
+    def run(self, seed: int | None) -> Episodes:
+        p, base = self.p, self.p.base
+        start = time.perf_counter()
+        if seed is not None:
+            p.env.set_seed(seed)
+        p.env.reset()  # what Collector.reset() does: a full reset through the transforms
+        for g in base.groups:
+            g.observe(self.obs[g.rows])
+        started_at = time.time()
+        groups, executor = base.groups, p._executor
+        if executor is None or self.finished:
+            while not self.finished:
+                self._check_stop()
+                g = groups[0]
+                self._launch(g)
+                g.physics()
+                self._land(0)
+        else:
+            futures = [None] * len(groups)
+            for i, g in enumerate(groups):
+                self._launch(g, i)
+                futures[i] = executor.submit(g.physics)
+            try:
+                while True:
+                    for i, g in enumerate(groups):
+                        futures[i].result()
+                        futures[i] = None
+                        self._land(i)
+                        if self.finished:
+                            break
+                        self._check_stop()
+                        self._launch(g, i)
+                        futures[i] = executor.submit(g.physics)
+                    if self.finished:
+                        break
+            finally:
+                for f in futures:  # never leave physics running on a batch the next round resets
+                    if f is not None:
+                        f.result()
+        return self._episodes(time.perf_counter() - start, started_at)
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Cancelled("evaluation cancelled by shutdown()")
+
+    def _launch(self, g, i: int = 0) -> None:
+        """Run the policy on group ``g``'s (normalised) observations and set its controls."""
+        obs = torch.from_numpy(self.obs[g.rows])
+        if self.norm is not None:
+            loc, scale = self.norm
+            obs = (obs - loc) / scale
+        p = self.p
+        if p.device is not None and p.device.type != "cpu":
+            obs = obs.to(p.device)
+        if p.module is not None:
+            action = p.module(obs)
+        else:
+            action = p.policy(TensorDict({"observation": obs}, batch_size=[g.size], device=p.device)).get("action")
+        action = action.detach()
+        if action.device.type != "cpu":
+            action = action.cpu()
+        a = action.numpy().reshape(g.size, -1)
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        self._actions[i] = a
+        g.begin(a)
+
+    def _land(self, i: int) -> None:
+        """Read group ``i``'s step: rewards, ends, episode records, resets (as the Collector's env step)."""
+        base = self.p.base
+        g = base.groups[i]
+        rows = g.rows
+        reward, terminated = g.finish(self.obs[rows], base.dt)
+        self.env_steps += g.size
+        elapsed = base.elapsed[rows]
+        elapsed += 1
+        truncated = elapsed >= base.max_episode_steps
+        reward = reward.astype(np.float32)
+        self.returns[rows] += reward
+        steps = self.steps[rows]
+        steps += 1
+        if self.cap is not None:
+            truncated |= steps >= self.cap
+        done = terminated | truncated
+        if not self._first_done_seen[i]:
+            self.first_done[i].append((float(reward.astype(np.float64).sum()), bool(done.any())))
+            self._first_done_seen[i] = bool(done.any())
+        ended = np.flatnonzero(done)
+        if not len(ended):
+            return
+        for local in ended.tolist():
+            sub = g.first + local
+            ordinal = int(self.completed[sub])
+            if ordinal < self.quota[sub]:
+                self.records.append(
+                    (
+                        sub,
+                        ordinal,
+                        float(self.returns[sub]),
+                        int(steps[local]),
+                        bool(terminated[local]),
+                        bool(truncated[local]),
+                    )
+                )
+            self.completed[sub] += 1
+        base.reset_sims(ended.astype(np.int32), group=g)
+        self.returns[g.first + ended] = 0.0
+        steps[ended] = 0
+        fresh = np.empty((g.size, base.obs_dim), dtype=np.float32)
+        g.observe(fresh)
+        self.obs[rows][ended] = fresh[ended]
+
+    def _first_done_reward(self) -> float:
+        """Mean per-step reward over all sub-envs until any is done (see rollout.FirstDoneReward)."""
+        n = self.p.base.batch_size.numel()
+        total, count = 0.0, 0
+        for per_group in zip(*self.first_done, strict=False):
+            total += sum(r for r, _ in per_group) / n
+            count += 1
+            if any(d for _, d in per_group):
+                break
+        return total / count if count else float("nan")
+
+    def _episodes(self, seconds: float, started_at: float) -> Episodes:
+        records = sorted(self.records)
+        return Episodes(
+            returns=[r[2] for r in records],
+            lengths=[r[3] for r in records],
+            env_steps=self.env_steps,
+            seconds=seconds,
+            started_at=started_at,
+            step_reward_to_first_done=self._first_done_reward(),
+            terminated=[r[4] for r in records],
+            truncated=[r[5] for r in records],
+        )
+
+
+def _loc_scale(vecnorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """A frozen VecNormV2's "observation" location and scale, by torchrl's own arithmetic (``VecNormV2._norm``).
+
+    Computed once per round; ``(obs - loc) / scale`` then gives the transform's output bit for bit
+    (tests/test_pipeline.py checks it against the Collector with loaded statistics).
+    """
+    loc, var = vecnorm._loc["observation"], vecnorm._var["observation"]
+    if vecnorm.decay < 1.0:
+        count = vecnorm._count["observation"]
+        bias_correction = (1 - (count * math.log(vecnorm.decay)).exp()).to(loc.dtype)
+    else:
+        bias_correction = 1
+    var = var - loc.pow(2)
+    loc = loc / bias_correction
+    var = var / bias_correction
+    return loc, var.sqrt().clamp_min(vecnorm.eps)
+
+
+def _device(policy) -> torch.device | None:
+    try:
+        return next(policy.parameters()).device
+    except (AttributeError, StopIteration):
+        return None

@@ -1,0 +1,191 @@
+"""The MuJoCo Warp env (make_env(..., backend="warp")) against the native env, on Warp's CPU device.
+
+What agrees, and how closely (``TOLERANCE``; the bounds are 10-40x what these seeds give):
+
+* reset observations, the observations of sub-envs just reset, and the done,
+  terminated and truncated flags: exactly. Both envs draw sub-env ``i``'s reset
+  noise from the same float64 generator (seed + i) and observe it in float32;
+* step observations and rewards: to float32 precision, growing with the episode.
+  MuJoCo Warp computes in float32 where the native env uses float64: an
+  episode's first step differs by ~1e-6. A contact that starts a substep earlier
+  in one than in the other turns that into ~1e-3 to 1e-2 on HalfCheetah's joint
+  velocities within a few steps (as MuJoCo does to a float32-rounded copy of its
+  own state: chaotic contact dynamics, not a modelling difference), so its
+  episodes are capped at 10 steps here; Hopper stays within ~1e-5 over whole episodes.
+
+Warp compiles its kernels on first use: this module compiles them at -O0 (see
+``_warp``), about 20 s on a 2-core machine, once per cache (~/.cache/warp).
+Two tasks, three sub-envs and a few dozen steps keep the rest to ~20 s.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from helpers import mlp_policy
+
+from simeval import Evaluator
+from simeval.envs import make_env
+from simeval.envs.make import WARP_TASKS
+
+pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
+
+SEED = 11
+NUM_ENVS = 3
+# task: (max_steps, steps driven, observation atol for an episode's first step, for any step, reward atol)
+TOLERANCE = {
+    "HalfCheetah-v5": (10, 20, 1e-4, 5e-2, 1e-3),
+    "Hopper-v5": (None, 32, 1e-5, 1e-4, 1e-5),
+}
+
+
+@pytest.fixture(autouse=True)
+def _warp():
+    """Skip (a failure in CI) without MuJoCo Warp; inside the test, so that the required mark applies.
+
+    Kernels are compiled at -O0 here: half the compile time of Warp's default -O2 on the CPU,
+    the same source (the comparisons hold either way), and these runs are too short for speed to matter.
+    """
+    wp = pytest.importorskip("warp")
+    pytest.importorskip("mujoco_warp")
+    level, wp.config.optimization_level = wp.config.optimization_level, 0
+    yield
+    wp.config.optimization_level = level
+
+
+def _pair(name: str, **kwargs):
+    kwargs = {"num_envs": NUM_ENVS, "seed": SEED, "obs_norm": False, "device": "cpu", **kwargs}
+    return make_env(name, backend="warp", **kwargs), make_env(name, backend="native", **kwargs)
+
+
+def _actions(env, steps: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(SEED)
+    low, high = env.action_spec.space.low.cpu(), env.action_spec.space.high.cpu()
+    return low + (high - low) * torch.rand((steps, *low.shape), generator=gen)
+
+
+def _drive(env, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Step through ``actions`` with torchrl's auto-reset, recording what is compared."""
+    td = env.reset()
+    rows = []
+    for action in actions:
+        td["action"] = action.to(env.device)
+        td, td_next = env.step_and_maybe_reset(td)
+        row = {k: td["next", k].clone() for k in ("observation", "reward", "terminated", "truncated", "step_count")}
+        row["after_reset"] = td_next["observation"].clone()
+        rows.append(row)
+        td = td_next
+    return {k: torch.stack([r[k] for r in rows]).cpu() for k in rows[0]}
+
+
+def test_reset_observations_and_specs_are_the_native_envs():
+    """Same seed, same initial states, bit for bit; same specs; a partial reset resets only its sub-env."""
+    for name in WARP_TASKS:
+        warp, native = _pair(name)
+        try:
+            assert torch.equal(warp.reset()["observation"], native.reset()["observation"]), name
+            for spec in ("observation_spec", "action_spec", "full_reward_spec", "full_done_spec"):
+                assert getattr(warp, spec) == getattr(native, spec), (name, spec)
+            tds = [env.reset() for env in (warp, native)]  # reset() again: the streams go on
+            before = tds[0]["observation"].clone()
+            assert torch.equal(before, tds[1]["observation"])
+            for td in tds:
+                td["_reset"] = torch.tensor([[False], [True], [False]])
+            obs = warp.reset(tds[0])["observation"]
+            assert torch.equal(obs, native.reset(tds[1])["observation"]), name
+            assert torch.equal(obs[[0, 2]], before[[0, 2]]) and not torch.equal(obs[1], before[1])
+        finally:
+            warp.close()
+            native.close()
+
+
+@pytest.mark.parametrize("name", sorted(TOLERANCE))
+def test_same_actions_give_the_native_envs_episodes(name):
+    """Seeded random actions through truncations (HalfCheetah, max_steps=10) and terminations (Hopper)."""
+    max_steps, steps, first_atol, atol, reward_atol = TOLERANCE[name]
+    warp, native = _pair(name, max_steps=max_steps)
+    actions = _actions(native, steps)
+    mine, ref = _drive(warp, actions), _drive(native, actions)
+    warp.close()
+    native.close()
+    for key in ("terminated", "truncated", "step_count"):
+        assert torch.equal(mine[key], ref[key]), key
+    done = (ref["terminated"] | ref["truncated"]).squeeze(-1)
+    if name == "HalfCheetah-v5":
+        assert done.sum() == NUM_ENVS * steps // max_steps and not ref["terminated"].any()
+    else:
+        assert ref["terminated"].sum() >= NUM_ENVS, "too few terminations for a comparison"
+    assert torch.equal(mine["after_reset"][done], ref["after_reset"][done])  # fresh states after a reset
+    first = (ref["step_count"] == 1).squeeze(-1)
+    close = functools.partial(torch.testing.assert_close, rtol=0)
+    close(mine["observation"][first], ref["observation"][first], atol=first_atol)
+    close(mine["observation"], ref["observation"], atol=atol)
+    close(mine["reward"], ref["reward"], atol=reward_atol)
+    assert mine["observation"].dtype == mine["reward"].dtype == torch.float32
+
+
+def test_evaluator_gives_the_native_envs_returns():
+    """make_env(..., backend="warp") in simeval.Evaluator (thread backend): the native env's episodes."""
+    results = {}
+    for backend in ("warp", "native"):
+        ev = Evaluator(
+            functools.partial(
+                make_env, "HalfCheetah-v5", num_envs=4, max_steps=20, obs_norm=False, backend=backend, device="cpu"
+            ),
+            policy_factory=functools.partial(mlp_policy, obs_dim=17, act_dim=6, seed=1),
+            num_trajectories=4,
+            max_steps=20,
+            seed=SEED,
+            keep_episodes=True,
+        )
+        try:
+            results[backend] = ev.evaluate()
+        finally:
+            ev.shutdown()
+    warp, native = results["warp"], results["native"]
+    assert warp["eval/episode_lengths"].tolist() == native["eval/episode_lengths"].tolist() == [20] * 4
+    torch.testing.assert_close(warp["eval/episode_returns"], native["eval/episode_returns"], rtol=0, atol=1e-2)
+
+
+def test_outputs_are_device_tensors_sharing_warp_memory():
+    """The state the step reads is Warp's memory seen by torch (no copy); outputs live on the env's device."""
+    import warp as wp
+
+    env = make_env("HalfCheetah-v5", num_envs=2, backend="warp", device="cpu", seed=0, obs_norm=False)
+    base = env.base_env
+    try:
+        assert base.device == torch.device("cpu") and str(base._wp_device) == "cpu"
+        for name in ("qpos", "qvel", "ctrl"):
+            assert getattr(base.state, name).data_ptr() == getattr(base._d, name).ptr, name
+        ptr = base.state.qpos.data_ptr()
+        td = env.rand_step(env.reset())
+        assert base.state.qpos.data_ptr() == ptr  # stepping writes into the same arrays
+        assert torch.equal(base.state.ctrl, td["action"].clamp(-1, 1))
+        nxt = td["next"]
+        assert torch.equal(nxt["observation"], torch.cat((base.state.qpos[:, 1:], base.state.qvel), 1))
+        for key in ("observation", "reward", "done", "terminated", "truncated"):
+            assert nxt[key].device == base.device, key
+        assert isinstance(base._d.qpos, wp.array) and base._d.qpos.device == base._wp_device
+    finally:
+        env.close()
+
+
+def test_bad_input_is_a_one_line_error(monkeypatch):
+    cases = [
+        ({"name": "Humanoid-v5"}, ValueError, r"^backend='warp' has no 'Humanoid-v5': it runs HalfCheetah-v5, "),
+        ({"name": "Ant-v5"}, ValueError, r"^backend='warp' has no 'Ant-v5'"),
+        ({"device": "cuda:99"}, ValueError, r"^unknown device 'cuda:99' for backend='warp': Warp has cpu"),
+        ({"render": True}, ValueError, r"^backend='warp' does not render"),
+    ]
+    for kwargs, kind, message in cases:
+        kwargs = {"name": "HalfCheetah-v5", "backend": "warp", **kwargs}
+        with pytest.raises(kind, match=message) as err:
+            make_env(**kwargs)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"choose 'native', 'gymnasium' or 'warp'"):
+        make_env("Hopper-v5", backend="mjwarp")
+    monkeypatch.setitem(__import__("sys").modules, "mujoco_warp", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"^backend='warp' needs MuJoCo Warp .*: pip install simeval\[warp\]$"):
+        make_env("HalfCheetah-v5", backend="warp")
