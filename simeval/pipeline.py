@@ -148,7 +148,6 @@ class _Round:
         self.env_steps = 0
         self.first_done: list[list] = [[] for _ in base.groups]  # per group, per step: (reward sum, any done)
         self._first_done_seen = [False] * len(base.groups)
-        self._actions: list = [None] * len(base.groups)
 
     @property
     def finished(self) -> bool:
@@ -174,7 +173,7 @@ class _Round:
         else:
             futures = [None] * len(groups)
             for i, g in enumerate(groups):
-                self._launch(g, i)
+                self._launch(g)
                 futures[i] = executor.submit(g.physics)
             try:
                 while True:
@@ -185,7 +184,7 @@ class _Round:
                         if self.finished:
                             break
                         self._check_stop()
-                        self._launch(g, i)
+                        self._launch(g)
                         futures[i] = executor.submit(g.physics)
                     if self.finished:
                         break
@@ -199,8 +198,10 @@ class _Round:
         if self.stop.is_set():
             raise Cancelled("evaluation cancelled by shutdown()")
 
-    def _launch(self, g, i: int = 0) -> None:
+    def _launch(self, g) -> None:
         """Run the policy on group ``g``'s (normalised) observations and set its controls."""
+        from simeval.envs.mujoco import action_rows  # loaded already: plan() found a MujocoBatchEnv
+
         obs = torch.from_numpy(self.obs[g.rows])
         if self.norm is not None:
             loc, scale = self.norm
@@ -212,25 +213,15 @@ class _Round:
             action = p.module(obs)
         else:
             action = p.policy(TensorDict({"observation": obs}, batch_size=[g.size], device=p.device)).get("action")
-        action = action.detach()
-        if action.device.type != "cpu":
-            action = action.cpu()
-        a = action.numpy().reshape(g.size, -1)
-        if a.dtype != np.float32:
-            a = a.astype(np.float32)
-        self._actions[i] = a
-        g.begin(a)
+        g.begin(action_rows(action, g.size))
 
     def _land(self, i: int) -> None:
         """Read group ``i``'s step: rewards, ends, episode records, resets (as the Collector's env step)."""
         base = self.p.base
         g = base.groups[i]
         rows = g.rows
-        reward, terminated = g.finish(self.obs[rows], base.dt)
+        reward, terminated, truncated = base.finish_group(g, self.obs[rows])
         self.env_steps += g.size
-        elapsed = base.elapsed[rows]
-        elapsed += 1
-        truncated = elapsed >= base.max_episode_steps
         reward = reward.astype(np.float32)
         self.returns[rows] += reward
         steps = self.steps[rows]
@@ -262,9 +253,7 @@ class _Round:
         base.reset_sims(ended.astype(np.int32), group=g)
         self.returns[g.first + ended] = 0.0
         steps[ended] = 0
-        fresh = np.empty((g.size, base.obs_dim), dtype=np.float32)
-        g.observe(fresh)
-        self.obs[rows][ended] = fresh[ended]
+        g.observe(self.obs[rows])  # as the env's partial reset: the whole group, unchanged rows alike
 
     def _first_done_reward(self) -> float:
         """Mean per-step reward over all sub-envs until any is done (see rollout.FirstDoneReward)."""

@@ -28,7 +28,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from simeval.envs.mujoco_group import SimGroup, split
-from simeval.envs.mujoco_tasks import get_task, load_model
+from simeval.envs.mujoco_tasks import get_task, load_model, sub_env_generators
 
 if TYPE_CHECKING:
     import mujoco
@@ -39,6 +39,15 @@ def _available_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def action_rows(action: torch.Tensor, rows: int) -> np.ndarray:
+    """An action tensor (any device) as the float32 (rows, nu) array the controls are set from."""
+    action = action.detach()
+    if action.device.type != "cpu":
+        action = action.cpu()
+    a = action.numpy().reshape(rows, -1)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
 
 
 class MujocoBatchEnv(EnvBase):
@@ -150,8 +159,7 @@ class MujocoBatchEnv(EnvBase):
         self.reset_sims(None)
 
     def _seed(self, seed: int) -> None:
-        # gymnasium.utils.seeding.np_random(seed + i): one PCG64 generator per sub-env.
-        self._rngs = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed + i))) for i in range(self._n)]
+        self._rngs = sub_env_generators(seed, self._n)
 
     def reset_sims(self, ids: np.ndarray | None, group: SimGroup | None = None) -> None:
         """gymnasium's reset of the sub-envs ``ids`` (None: all), each from its own generator.
@@ -159,7 +167,7 @@ class MujocoBatchEnv(EnvBase):
         With ``group``, ``ids`` are local to it (the pipelined rollout resets one group at a time).
         """
         if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
-            self._rngs = [np.random.Generator(np.random.PCG64()) for _ in range(self._n)]
+            self._rngs = sub_env_generators(None, self._n)
         for g in self.groups if group is None else (group,):
             local = ids
             if group is None and ids is not None:
@@ -194,21 +202,15 @@ class MujocoBatchEnv(EnvBase):
 
     # -- stepping ---------------------------------------------------------
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = tensordict.get("action").detach()
-        if action.device.type != "cpu":
-            action = action.cpu()
-        a = action.numpy().reshape(self._n, -1)
-        if a.dtype != np.float32:
-            a = a.astype(np.float32)
+        a = action_rows(tensordict.get("action"), self._n)
         obs = np.empty((self._n, self.obs_dim), dtype=np.float32)
         reward = np.empty(self._n, dtype=np.float64)
         terminated = np.empty(self._n, dtype=bool)
+        truncated = np.empty(self._n, dtype=bool)
         for g in self.groups:
             g.begin(a[g.rows])
             g.physics()
-            reward[g.rows], terminated[g.rows] = g.finish(obs[g.rows], self.dt)
-        self.elapsed += 1
-        truncated = self.elapsed >= self.max_episode_steps
+            reward[g.rows], terminated[g.rows], truncated[g.rows] = self.finish_group(g, obs[g.rows])
         terminated = torch.from_numpy(terminated).unsqueeze(-1)
         truncated = torch.from_numpy(truncated).unsqueeze(-1)
         out = {
@@ -219,6 +221,16 @@ class MujocoBatchEnv(EnvBase):
             "truncated": truncated,
         }
         return self._wrap(out)
+
+    def finish_group(self, g: SimGroup, obs_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """After group ``g``'s physics: observations into ``obs_out``; (reward float64, terminated, truncated).
+
+        Truncation is the task's time limit, counted per sub-env; ``_step`` and the rollout share it.
+        """
+        reward, terminated = g.finish(obs_out, self.dt)
+        elapsed = self.elapsed[g.rows]
+        elapsed += 1
+        return reward, terminated, elapsed >= self.max_episode_steps
 
     def _wrap(self, out: dict) -> TensorDictBase:
         device = self.device

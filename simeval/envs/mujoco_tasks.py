@@ -42,6 +42,13 @@ def _ctrl_cost(weight: float, action: np.ndarray) -> np.ndarray:
     return np.float32(weight) * np.sum(np.square(action), axis=1)
 
 
+def sub_env_generators(seed: int | None, n: int) -> list[np.random.Generator]:
+    """One reset-noise generator per sub-env: gymnasium's ``np_random(seed + i)`` (PCG64), or fresh entropy."""
+    if seed is None:
+        return [np.random.Generator(np.random.PCG64()) for _ in range(n)]
+    return [np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed + i))) for i in range(n)]
+
+
 @dataclass(frozen=True)
 class Task:
     """One gymnasium MuJoCo v5 task (its defaults), batched."""

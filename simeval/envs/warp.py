@@ -25,7 +25,15 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from simeval.envs.make import WARP_TASKS
-from simeval.envs.mujoco_tasks import HalfCheetah, Hopping, InvertedPendulum, Task, get_task, load_model
+from simeval.envs.mujoco_tasks import (
+    HalfCheetah,
+    Hopping,
+    InvertedPendulum,
+    Task,
+    get_task,
+    load_model,
+    sub_env_generators,
+)
 
 
 def warp_devices(device: str | torch.device | None) -> tuple[object, torch.device]:
@@ -146,7 +154,7 @@ class WarpBatchEnv(EnvBase):
         self._reset_worlds(None)
 
     def _seed(self, seed: int) -> None:
-        self._rngs = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed + i))) for i in range(self._n)]
+        self._rngs = sub_env_generators(seed, self._n)
 
     def _reset_worlds(self, ids: np.ndarray | None) -> None:
         """gymnasium's reset for sub-envs ``ids`` (None: all): MuJoCo's defaults, then host-drawn noise copied once.
@@ -157,7 +165,7 @@ class WarpBatchEnv(EnvBase):
         import mujoco_warp as mjw
 
         if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
-            self._rngs = [np.random.Generator(np.random.PCG64()) for _ in range(self._n)]
+            self._rngs = sub_env_generators(None, self._n)
         rows = range(self._n) if ids is None else ids.tolist()
         init = [self.task.initial_state(self._rngs[i], self._init_qpos, self._init_qvel) for i in rows]
         nq = self._init_qpos.shape[0]
