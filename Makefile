@@ -14,13 +14,13 @@ ISAAC_STAMP := $(ISAAC_VENV)/.simeval-installed
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
-.PHONY: demo test test-core test-core-main test-core-docker test-isaaclab isaaclab lint bench bench-native bench-isaaclab clean
+.PHONY: demo test test-core test-core-main test-core-docker test-isaaclab isaaclab lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
-	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp]"
+	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs]"
 	touch $@
 
 # pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).
@@ -48,7 +48,7 @@ test:
 
 test-core: test-core-main test-core-docker
 
-test-core-main: $(STAMP) lint
+test-core-main: $(STAMP) lint docs
 	$(PY) -m pytest -q --durations=15 --ignore=$(DOCKER_TESTS)
 
 test-core-docker: $(STAMP) lint
@@ -59,8 +59,16 @@ test-core-docker: $(STAMP) lint
 test-isaaclab: $(ISAAC_STAMP)
 	RAY_ADDRESS=local $(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
 
+# ruff, then the boundary: the library never imports the launcher, no import cycles in the package
+# (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check simeval tests benchmarks examples
+	$(VENV)/bin/ruff check simeval tests benchmarks examples tools
+	$(VENV)/bin/lint-imports
+	$(PY) tools/check_launcher_imports.py
+
+# The documentation site (Sphinx + MyST, docs/): warnings are errors, and every one is reported.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_evaluator.py
@@ -80,4 +88,4 @@ bench-isaaclab: $(ISAAC_STAMP)
 	$(ISAAC_PY) benchmarks/bench_isaaclab.py
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) .pytest_cache
+	rm -rf $(VENV) $(ISAAC_VENV) .pytest_cache docs/_build docs/_generated

@@ -58,12 +58,12 @@ def anchor_sweep(backend: str) -> float:
     """torchrl's Evaluator, one checkpoint after another (same env, episodes, steps)."""
     from torchrl.collectors import Evaluator as Anchor
 
-    from simeval.launch.checkpoint import load_checkpoint
-    from simeval.launch.plan import build_env
-    from simeval.launch.policies import gaussian_actor
+    from simeval.checkpoints import load_checkpoint
+    from simeval.envs import make_env
+    from simeval.policies import gaussian_actor
 
     paths = sorted(os.path.join(RUN, n) for n in os.listdir(RUN) if n.endswith(".pt"))
-    factory = functools.partial(build_env, "HalfCheetah-v5", 1000, None, True, None, num_envs=8)
+    factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=8, max_steps=1000)
     start = time.perf_counter()
     extra = {"num_gpus": 0} if backend == "ray" else {}
     ev = Anchor(factory, policy_factory=gaussian_actor, num_trajectories=16, max_steps=1000, backend=backend, **extra)
@@ -79,7 +79,7 @@ def overhead(k: int, rounds: int) -> tuple[float, float]:
     """Median seconds from trigger_eval to the first env step of the first and of the last worker."""
     from simeval import Evaluator
     from simeval.envs import make_env
-    from simeval.launch.policies import gaussian_actor
+    from simeval.policies import gaussian_actor
 
     factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=8, obs_norm=False, max_steps=20)
     ev = Evaluator(

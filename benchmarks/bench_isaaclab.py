@@ -109,7 +109,7 @@ def simeval_evaluator(num_envs: int, steps: int, device: str, repeats: int) -> l
 
     import simeval
     from simeval.envs import make_env
-    from simeval.launch.policies import mlp_policy
+    from simeval.policies import mlp_policy
 
     ev = simeval.Evaluator(
         # No VecNorm: the other rows have no normaliser either (and a random policy has no statistics).

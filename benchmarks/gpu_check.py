@@ -31,7 +31,7 @@ def _env(num_envs: int, obs_norm: bool = True):
 
 
 def _actor(env, device: str):
-    from simeval.launch.policies import gaussian_actor
+    from simeval.policies import gaussian_actor
 
     return gaussian_actor(env).to(device)  # as a user's factory would; the action bounds stay on the CPU
 
@@ -49,7 +49,7 @@ def evaluate_rows(num_envs: int, episodes: int) -> dict[str, dict]:
     import torch
 
     from simeval import Evaluator, load_checkpoint
-    from simeval.launch import shipped_checkpoint
+    from simeval.checkpoints.shipped import shipped_checkpoint
 
     ck = load_checkpoint(shipped_checkpoint())
     rows = {}

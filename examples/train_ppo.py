@@ -122,7 +122,7 @@ def main(argv=None) -> None:
 
     import simeval
     from simeval.envs import OBS_NORM_ID, make_env
-    from simeval.launch.policies import gaussian_actor
+    from simeval.policies import gaussian_actor
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)

@@ -18,9 +18,9 @@ _LAZY = {
     "connect": "simeval.evaluator",
     "RayEvalWorker": "simeval.ray_eval_worker",
     "EvalError": "simeval.errors",
-    "save_checkpoint": "simeval.launch.checkpoint",
-    "load_checkpoint": "simeval.launch.checkpoint",
-    "CheckpointError": "simeval.launch.checkpoint",
+    "save_checkpoint": "simeval.checkpoints",
+    "load_checkpoint": "simeval.checkpoints",
+    "CheckpointError": "simeval.checkpoints",
 }
 
 __all__ = [

@@ -47,7 +47,7 @@ class Evaluator:
     """Evaluate a policy synchronously or in the background, on one of three backends.
 
     Arguments, defaults and error messages follow torchrl's ``Evaluator``;
-    see the README for the additions (``seed``, ``start_timeout``,
+    see the docs' evaluator page for the additions (``seed``, ``start_timeout``,
     ``keep_episodes``, ``busy_policy="skip"``, bootstrap confidence interval,
     ``results_path``: the worker appends each result to this JSON-lines file,
     with ``results_context`` added to every line, which keeps a served

@@ -201,62 +201,113 @@ def run_round(
     ``info_keys`` (relative to "next") and every leaf under ("next", "log") are
     read at each kept episode's last step, with the terminated/truncated flags.
     """
-    env_ndim = len(env.batch_size)
-    end_keys = None
-    tally = EpisodeTally(quotas)
-    first_done = FirstDoneReward()
-    batches: list[TensorDictBase] = []
-    env_steps = 0
+    tally = _RoundTally(
+        quotas,
+        len(env.batch_size),
+        reward_key=reward_key,
+        done_key=done_key,
+        episode_return_key=episode_return_key,
+        use_step_count=use_step_count,
+        info_keys=info_keys,
+        keep_trajectories=keep_trajectories,
+    )
     start = time.perf_counter()
-    if seed is not None:
-        env.set_seed(seed)
-    collector.reset()
+    _reset(collector, env, seed)
     started_at = time.time()
     for batch in collector:
         if stop.is_set():
             raise Cancelled("evaluation cancelled by shutdown()")
-        done = _flat_env(batch.get(done_key), env_ndim)
-        reward = _flat_env(batch.get(reward_key), env_ndim)
-        ep_ret = batch.get(episode_return_key, None) if episode_return_key else None
-        steps = batch.get(("next", "step_count"), None) if use_step_count else None
+        tally.add(batch)
+        if tally.finished:
+            break
+    return tally.episodes(time.perf_counter() - start, started_at)
+
+
+def _reset(collector, env, seed: int | None) -> None:
+    """Seed every env (when ``seed`` is given) and reset them, so the round starts from fresh episodes."""
+    if seed is not None:
+        env.set_seed(seed)
+    collector.reset()
+
+
+class _RoundTally:
+    """What ``run_round`` gathers from its batches: kept episodes, first-done reward, env steps (and the batches)."""
+
+    def __init__(
+        self,
+        quotas: list[int],
+        env_ndim: int,
+        *,
+        reward_key: tuple,
+        done_key: tuple,
+        episode_return_key: tuple | None,
+        use_step_count: bool,
+        info_keys: tuple,
+        keep_trajectories: bool,
+    ) -> None:
+        self.env_ndim = env_ndim
+        self.reward_key = reward_key
+        self.done_key = done_key
+        self.episode_return_key = episode_return_key
+        self.use_step_count = use_step_count
+        self.info_keys = info_keys
+        self.keep_trajectories = keep_trajectories
+        self.end_keys: episode_ends.EndKeys | None = None  # found in the first batch
+        self.tally = EpisodeTally(quotas)
+        self.first_done = FirstDoneReward()
+        self.batches: list[TensorDictBase] = []
+        self.env_steps = 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether every sub-env met its quota."""
+        return self.tally.finished
+
+    def add(self, batch: TensorDictBase) -> None:
+        """Tally one collector batch: its finished episodes, the first-done reward and its env steps."""
+        env_ndim = self.env_ndim
+        done = _flat_env(batch.get(self.done_key), env_ndim)
+        reward = _flat_env(batch.get(self.reward_key), env_ndim)
+        ep_ret = batch.get(self.episode_return_key, None) if self.episode_return_key else None
+        steps = batch.get(("next", "step_count"), None) if self.use_step_count else None
         traj = batch.get(("collector", "traj_ids"), None)
-        if end_keys is None:
-            end_keys = episode_ends.find(batch, done_key, info_keys)
-        tally.add(
+        if self.end_keys is None:
+            self.end_keys = episode_ends.find(batch, self.done_key, self.info_keys)
+        self.tally.add(
             reward,
             done,
             None if ep_ret is None else _flat_env(ep_ret, env_ndim),
             None if steps is None else _flat_env(steps, env_ndim),
             None if traj is None else _flat_env(traj, env_ndim),
-            episode_ends.read(batch, end_keys, env_ndim, done.shape),
+            episode_ends.read(batch, self.end_keys, env_ndim, done.shape),
         )
-        first_done.add(reward, done)
-        env_steps += done.numel()
-        if keep_trajectories:
-            batches.append(batch.clone())
-        if tally.finished:
-            break
-    seconds = time.perf_counter() - start
-    returns, lengths, ids = tally.episodes()
-    trajectories = _select_trajectories(batches, ids) if keep_trajectories else None
-    ends, keys = tally.end_values(), end_keys or episode_ends.EndKeys()
+        self.first_done.add(reward, done)
+        self.env_steps += done.numel()
+        if self.keep_trajectories:
+            self.batches.append(batch.clone())
 
-    def flags(key):
-        return None if key is None else [bool(v) for v in ends[key]]
+    def episodes(self, seconds: float, started_at: float) -> Episodes:
+        """The round's kept episodes, with their end flags and info, in (sub-env, order) order."""
+        returns, lengths, ids = self.tally.episodes()
+        trajectories = _select_trajectories(self.batches, ids) if self.keep_trajectories else None
+        ends, keys = self.tally.end_values(), self.end_keys or episode_ends.EndKeys()
 
-    return Episodes(
-        returns,
-        lengths,
-        env_steps,
-        seconds,
-        started_at,
-        trajectories,
-        ids,
-        first_done.value,
-        terminated=flags(keys.terminated),
-        truncated=flags(keys.truncated),
-        info={name: ends[key] for name, key in keys.info.items()},
-    )
+        def flags(key):
+            return None if key is None else [bool(v) for v in ends[key]]
+
+        return Episodes(
+            returns,
+            lengths,
+            self.env_steps,
+            seconds,
+            started_at,
+            trajectories,
+            ids,
+            self.first_done.value,
+            terminated=flags(keys.terminated),
+            truncated=flags(keys.truncated),
+            info={name: ends[key] for name, key in keys.info.items()},
+        )
 
 
 def _select_trajectories(batches: list[TensorDictBase], ids: list[int]) -> TensorDictBase:

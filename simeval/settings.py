@@ -8,17 +8,11 @@ exploration). Nothing here imports torch.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 NestedKey = Any  # str | tuple[str, ...]; kept loose so this module imports no torch
-
-# Names that moved when the launcher became a subpackage; checkpoints and profiles
-# written before still name the old modules.
-_MOVED_MODULES = {"simeval.policies": "simeval.launch.policies", "simeval.init": "simeval.launch.hooks"}
-
 
 def as_key(key: NestedKey) -> tuple[str, ...]:
     """Normalise a nested key to a tuple (``"reward"`` -> ``("reward",)``)."""
@@ -103,26 +97,3 @@ class RoundOverrides:
 
     max_steps: int | None = None
     exploration_type: str | None = None
-
-
-def canonical_ref(ref: str) -> str:
-    """A ``module:function`` reference under its current module name."""
-    module_name, sep, attr = ref.partition(":")
-    return _MOVED_MODULES.get(module_name, module_name) + sep + attr
-
-
-def resolve_callable(ref: str | Callable, what: str) -> Callable:
-    """Turn ``"package.module:function"`` into the function it names."""
-    if callable(ref):
-        return ref
-    if not isinstance(ref, str) or ref.count(":") != 1:
-        raise ValueError(f"{what} must be a callable or a 'module:function' string, got {ref!r}.")
-    module_name, attr = canonical_ref(ref).split(":")
-    module = importlib.import_module(module_name)
-    try:
-        fn = getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"{what} {ref!r}: module {module_name!r} has no attribute {attr!r}.") from None
-    if not callable(fn):
-        raise ValueError(f"{what} {ref!r} is not callable.")
-    return fn

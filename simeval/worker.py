@@ -22,9 +22,9 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from simeval import metrics, pipeline, vecnorm
+from simeval import direct_rollout, metrics, vecnorm
 from simeval.frames import FrameBuffer, can_render
-from simeval.rollout import StoppablePolicy, run_round
+from simeval.rollout import Episodes, StoppablePolicy, run_round
 from simeval.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
 from simeval.settings import EvalSettings, RoundOverrides
 from simeval.shards import Shard, sub_env_seed
@@ -129,7 +129,8 @@ class EvalWorker:
         self._owns_env = env is None
         self.stop = stop or threading.Event()
         self._collector = None
-        self._pipeline: pipeline.Pipeline | None = None  # the native env's rounds, where it reproduces the Collector
+        # the native env's rounds without the Collector, where they reproduce it
+        self._direct: direct_rollout.DirectRollout | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
         self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
@@ -163,7 +164,7 @@ class EvalWorker:
         with vecnorm.frozen_for_round(self.env), eval_mode(self.policy), torch.no_grad():
             self._collector = self._make_collector(rollout_env)
         self._rollout_env = self._collector.env
-        self._pipeline = pipeline.plan(self._rollout_env, self.policy, self.settings, self._frames is not None)
+        self._direct = direct_rollout.plan(self._rollout_env, self.policy, self.settings, self._frames is not None)
 
     def _policy_device(self, owns_policy: bool) -> torch.device:
         """Where the policy runs: ``settings.device`` (a policy this worker built is moved there), else its own."""
@@ -265,7 +266,7 @@ class EvalWorker:
             raise
 
     def _discard(self) -> None:
-        self._close_pipeline()
+        self._close_direct()
         collector, self._collector = self._collector, None
         if collector is not None:
             with contextlib.suppress(Exception):
@@ -277,38 +278,55 @@ class EvalWorker:
     def _run(
         self, weights: Mapping[str, TensorDictBase] | None, step: int, overrides: RoundOverrides, shard: Shard | None
     ) -> dict:
+        """Build, load ``weights``, roll out the round's episodes, then their metrics, frames and results record."""
         self.build()
         self.load(weights)
-        settings = self.settings
-        max_steps = overrides.max_steps if overrides.max_steps is not None else settings.max_steps
+        max_steps = overrides.max_steps if overrides.max_steps is not None else self.settings.max_steps
         quotas, seed = self._quotas_and_seed(shard)
+        episodes = self._roll_out(quotas, seed, max_steps, overrides.exploration_type)
+        raw = self._raw_metrics(episodes, step)
+        self._add_frames(raw, step, leader=shard is None or shard.first == 0)
+        self._append_record(raw)
+        return raw
+
+    def _roll_out(
+        self, quotas: list[int], seed: int | None, max_steps: int | None, exploration_type: str | None
+    ) -> Episodes:
+        """The round's episodes, with VecNorm frozen, the policy in eval mode and the round's caps and exploration."""
         with (
             vecnorm.frozen_for_round(self.env),
             eval_mode(self.policy),
             max_steps_for_round(self._rollout_env, max_steps),
-            exploration_for_round(self._collector, overrides.exploration_type),
+            exploration_for_round(self._collector, exploration_type),
             torch.inference_mode(),
         ):
             vecnorm.check_stats(self.env)
             if seed is not None and self.owns_process:
                 torch.manual_seed(seed)
-            episodes = (
-                self._pipeline.run(quotas, seed, self.stop, self._collector.exploration_type)
-                if self._pipeline is not None
-                else run_round(
-                    self._collector,
-                    self._rollout_env,
-                    quotas,
-                    reward_key=settings.reward_key,
-                    done_key=settings.done_key,
-                    episode_return_key=self._episode_return_key,
-                    use_step_count=not self._native_autoreset,
-                    seed=seed,
-                    keep_trajectories=settings.metrics_fn is not None,
-                    stop=self.stop,
-                    info_keys=settings.info_keys,
-                )
-            )
+            if self._direct is not None:
+                return self._direct.run(quotas, seed, self.stop, self._collector.exploration_type)
+            return self._collector_round(quotas, seed)
+
+    def _collector_round(self, quotas: list[int], seed: int | None) -> Episodes:
+        """The round stepped by the torchrl Collector (:func:`simeval.rollout.run_round`)."""
+        settings = self.settings
+        return run_round(
+            self._collector,
+            self._rollout_env,
+            quotas,
+            reward_key=settings.reward_key,
+            done_key=settings.done_key,
+            episode_return_key=self._episode_return_key,
+            use_step_count=not self._native_autoreset,
+            seed=seed,
+            keep_trajectories=settings.metrics_fn is not None,
+            stop=self.stop,
+            info_keys=settings.info_keys,
+        )
+
+    def _raw_metrics(self, episodes: Episodes, step: int) -> dict[str, Any]:
+        """The round's raw metrics: summary, per-episode values, end metrics and ``metrics_fn``'s (as ``custom``)."""
+        settings = self.settings
         raw = metrics.summarize(episodes.returns, episodes.lengths, episodes.env_steps, episodes.seconds)
         raw["episode_returns"] = episodes.returns
         raw["episode_lengths"] = episodes.lengths
@@ -324,19 +342,25 @@ class EvalWorker:
         raw["started_at"] = episodes.started_at
         if settings.metrics_fn is not None:
             raw["custom"] = {k: _plain(v) for k, v in settings.metrics_fn(episodes.trajectories).items()}
-        leader = shard is None or shard.first == 0  # frames and videos: global sub-env 0's only
+        return raw
+
+    def _add_frames(self, raw: dict[str, Any], step: int, leader: bool) -> None:
+        """Take the recorded frames (and dump the videos): into ``raw`` on the ``leader``, global sub-env 0's worker."""
         if self._frames is not None:
             frames = self._frames.take()
             if leader:
                 raw["frames"] = frames
-        if settings.dump_video and leader:
+        if self.settings.dump_video and leader:
             raw["video"] = self._dump_video(step)
+
+    def _append_record(self, raw: dict[str, Any]) -> None:
+        """Append the round's record to ``settings.results_path``, when there is one."""
+        settings = self.settings
         if settings.results_path:
             from simeval.records import append_record, make_record
 
             result = metrics.prefixed(raw, settings.log_prefix, keep_episodes=True)
             append_record(settings.results_path, make_record(result, settings.log_prefix, **settings.results_context))
-        return raw
 
     def _quotas_and_seed(self, shard: Shard | None) -> tuple[list[int], int | None]:
         """Each sub-env's episode quota and the seed of sub-env 0: the whole round's, or ``shard``'s."""
@@ -364,13 +388,13 @@ class EvalWorker:
             t.dump(step=step)
         return frames
 
-    def _close_pipeline(self) -> None:
-        pipe, self._pipeline = self._pipeline, None
+    def _close_direct(self) -> None:
+        pipe, self._direct = self._direct, None
         if pipe is not None:
             pipe.close()
 
     def close(self) -> None:
-        self._close_pipeline()
+        self._close_direct()
         if self._collector is not None:
             with contextlib.suppress(Exception):
                 self._collector.shutdown(close_env=self._owns_env)

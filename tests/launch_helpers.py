@@ -16,7 +16,7 @@ def write_checkpoints(directory, steps=(1000, 2000, 3000), env_name="HalfCheetah
 
     from simeval import save_checkpoint
     from simeval.envs import make_env
-    from simeval.launch.policies import gaussian_actor
+    from simeval.policies import gaussian_actor
 
     env = make_env(env_name, num_envs=2, seed=0)
     env.rollout(20, break_when_any_done=False)

@@ -213,7 +213,7 @@ def test_import_simeval_is_light():
         "simeval.backends.host",
         "simeval.launch",
         "simeval.launch.cli",
-        "simeval.launch.hooks",
+        "simeval.hooks",
     ]
     code = (
         f"import sys, importlib; [importlib.import_module(m) for m in {light!r}]; "

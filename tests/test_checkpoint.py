@@ -12,7 +12,7 @@ import torch
 from simeval import CheckpointError, load_checkpoint, save_checkpoint
 from simeval.envs import make_env
 from simeval.launch.config import ConfigError, load_yaml
-from simeval.launch.policies import gaussian_actor
+from simeval.policies import gaussian_actor
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_round_trip_keeps_weights_statistics_and_factory(env, tmp_path):
     assert (ck.step, ck.env, ck.policy_factory, ck.policy_kwargs) == (
         42,
         "Hopper-v5",
-        "simeval.launch.policies:gaussian_actor",
+        "simeval.policies:gaussian_actor",
         {"hidden": [8]},
     )
     from tensordict import TensorDict
@@ -102,7 +102,7 @@ def test_format_names_the_reader_and_a_wrong_one_says_so(env, tmp_path):
 
 
 def test_params_yaml_is_read_as_plain_data_only(tmp_path):
-    from simeval.launch.formats.yaml_params import load_params
+    from simeval.checkpoints.formats.yaml_params import load_params
 
     marker = tmp_path / "ran"
     path = tmp_path / "agent.yaml"

@@ -240,7 +240,7 @@ def test_ci_script_builds_a_non_root_image_and_the_mujoco_tests_pass_inside(engi
 
 
 def test_the_docker_launcher_evaluates_a_checkpoint_into_the_host_results(engine, image, checkpoints, tmp_path):
-    from simeval.launch.checkpoint import file_hash
+    from simeval.checkpoints import file_hash
 
     out = tmp_path / "out"
     proc = cli(

@@ -15,8 +15,8 @@ import torch
 from helpers import episode_ends, mlp_policy, probed_env
 
 from simeval import EvalError, Evaluator
-from simeval.launch.policies import gaussian_actor
 from simeval.metrics import end_metrics
+from simeval.policies import gaussian_actor
 from simeval.rollout import EpisodeTally
 
 

@@ -24,9 +24,9 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from simeval.checkpoints import CheckpointError, file_hash, load_checkpoint, peek_step
 from simeval.envs import OBS_NORM_ID, make_env
-from simeval.launch.checkpoint import CheckpointError, file_hash, load_checkpoint, peek_step
-from simeval.launch.plan import build_policy
+from simeval.policies import build_policy
 from simeval.weights import load_weights, resolve_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

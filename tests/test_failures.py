@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 
 import pytest
@@ -251,6 +252,80 @@ def test_a_request_sent_after_the_child_ended_fails_at_once():
         assert ev.evaluate(const_policy(w=2.0))["eval/reward"] == 6.0  # the backend replaces it
     finally:
         ev.shutdown()
+
+
+def _refuses_to_build(payload: bytes):
+    """Fails at start-up; ``payload`` makes the set-up sent to each child larger than a socket buffer."""
+    raise RuntimeError(f"env factory refused to build ({len(payload)} byte config)")
+
+
+def _failed_before_any_request(ev: Evaluator) -> None:
+    """Wait until the evaluator's first child reported its start-up failure and ended, with no request to tell."""
+    child = ev._backend._child
+    child.reader.join(120)
+    assert child.ended and child.fatal is not None and not child.fatal_reported
+
+
+def _unstick(ev: Evaluator, stuck: bool) -> None:
+    """Shut ``ev`` down; after a deadlock, first free the lock its start() waits on (shutdown needs it too)."""
+    if stuck:
+        ev._backend._gate.release()
+    ev.shutdown()
+
+
+def test_a_request_queued_behind_an_unseen_start_up_failure_runs_instead_of_deadlocking(no_leaks):
+    """The next request fails inside start() with the failure no request saw; the request queued behind it is
+    launched from that failure's callback, on the same thread: start() must not still hold its lock then."""
+    ev = Evaluator(
+        functools.partial(_refuses_to_build, b"x" * (8 << 20)),
+        policy_factory=const_policy,
+        num_trajectories=1,
+        backend="process",
+        busy_policy="queue",
+    )
+    stuck = False
+    try:
+        _failed_before_any_request(ev)
+        # Two callers at once: one starts (replacing the failed child takes a while: the fresh child
+        # must read its set-up), the other is queued behind it.
+        barrier = threading.Barrier(2)
+        callers = [threading.Thread(target=lambda: (barrier.wait(), ev.trigger_eval()), daemon=True) for _ in "ab"]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(60)
+        stuck = any(caller.is_alive() for caller in callers)
+        assert not stuck, "trigger_eval() never returned: the backend deadlocked starting the queued request"
+        for _ in callers:
+            with pytest.raises(EvalError, match="failed to start: RuntimeError: env factory refused to build"):
+                ev.wait(120)
+        assert not ev.pending
+    finally:
+        _unstick(ev, stuck)
+
+
+def test_a_future_the_process_backend_completes_in_start_may_start_the_next_request():
+    """As the request queue does: the first future's done-callback starts the next request on the same thread."""
+    from concurrent.futures import Future
+
+    ev = Evaluator(env_factory_that_fails, policy_factory=const_policy, num_trajectories=1, backend="process")
+    backend = ev._backend
+    stuck = False
+    try:
+        _failed_before_any_request(ev)
+        first, second = Future(), Future()
+        first.add_done_callback(lambda _: backend.start(2, None, second))
+        starter = threading.Thread(target=backend.start, args=(1, None, first), daemon=True)
+        starter.start()
+        starter.join(60)
+        stuck = starter.is_alive()
+        assert not stuck, "start() never returned: the callback it ran could not start the next request"
+        with pytest.raises(EvalError, match="failed to start: RuntimeError: env factory refused to build"):
+            first.result(timeout=0)
+        with pytest.raises(EvalError, match="failed to start: RuntimeError: env factory refused to build"):
+            second.result(timeout=120)  # the fresh child failed too, and said so to the request it was given
+    finally:
+        _unstick(ev, stuck)
 
 
 def test_connect_to_an_actor_that_never_starts_fails_within_start_timeout(ray_cluster):

@@ -25,10 +25,10 @@ from rl_games.common import env_configurations, vecenv
 from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
+from simeval.checkpoints import CheckpointError, load_checkpoint, peek_step
+from simeval.checkpoints.formats import rl_games as rl_games_format
 from simeval.envs import make_env
-from simeval.launch.checkpoint import CheckpointError, load_checkpoint, peek_step
-from simeval.launch.formats import rl_games as rl_games_format
-from simeval.launch.policies import factory_of
+from simeval.policies import factory_of
 
 ENV = "Pendulum-v1"
 NUM_ACTORS = 8

@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from simeval.launch.checkpoint import CheckpointError, load_checkpoint
+from simeval.checkpoints import CheckpointError, load_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENT_YAML = os.path.join(REPO, "simeval", "data", "isaaclab_cartpole_rsl_rl", "params", "agent.yaml")
@@ -66,7 +66,7 @@ class PendulumVecEnv:
 
 def _agent_cfg() -> dict:
     """Isaac Lab's own rsl_rl config for the cartpole (shipped run), with normalisation on and few iterations."""
-    from simeval.launch.formats.yaml_params import load_params
+    from simeval.checkpoints.formats.yaml_params import load_params
 
     cfg = load_params(AGENT_YAML)
     cfg.update(max_iterations=ITERATIONS, save_interval=2, num_steps_per_env=64, logger="tensorboard")
@@ -109,7 +109,7 @@ def test_actions_match_rsl_rls_inference_policy_with_and_without_agent_yaml(run,
     from tensordict import TensorDict
 
     from simeval.envs import make_env
-    from simeval.launch.plan import build_policy
+    from simeval.policies import build_policy
     from simeval.weights import load_weights
 
     log_dir, runner = run

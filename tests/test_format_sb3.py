@@ -28,7 +28,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecNormalize
 
-from simeval.launch.checkpoint import CheckpointError, load_checkpoint
+from simeval.checkpoints import CheckpointError, load_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "Pendulum-v1"
@@ -79,7 +79,7 @@ def _simeval_actions(ck, obs: np.ndarray) -> np.ndarray:
     from tensordict import TensorDict
 
     from simeval.envs import make_env
-    from simeval.launch.plan import build_policy
+    from simeval.policies import build_policy
     from simeval.weights import load_weights
 
     env = make_env(ENV, num_envs=2, obs_norm=False)

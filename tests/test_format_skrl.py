@@ -31,7 +31,7 @@ import pytest
 import torch
 import yaml
 
-from simeval.launch.checkpoint import CheckpointError, load_checkpoint, peek_step
+from simeval.checkpoints import CheckpointError, load_checkpoint, peek_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "Pendulum-v1"
@@ -251,7 +251,7 @@ def _simeval_actions(ck, obs: torch.Tensor) -> torch.Tensor:
     from tensordict import TensorDict
 
     from simeval.envs import make_env
-    from simeval.launch.plan import build_policy
+    from simeval.policies import build_policy
     from simeval.weights import load_weights
 
     env = make_env(ENV, num_envs=2, obs_norm=False)
@@ -335,10 +335,10 @@ def test_watch_scores_each_checkpoint_like_skrls_play_loop(runs, tmp_path):
 
 def test_recognised_as_skrl_and_nothing_else(runs, tmp_path):
     from simeval import save_checkpoint
+    from simeval.checkpoints import formats
+    from simeval.checkpoints.formats import skrl
     from simeval.envs import make_env
-    from simeval.launch import formats
-    from simeval.launch.formats import skrl
-    from simeval.launch.policies import gaussian_actor
+    from simeval.policies import gaussian_actor
 
     best = runs["isaaclab"] / "checkpoints" / "best_agent.pt"
     assert load_checkpoint(best).step == 0 and peek_step(best) == 0  # skrl records no timestep for it

@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from simeval.launch.checkpoint import CheckpointError, load_checkpoint
+from simeval.checkpoints import CheckpointError, load_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "Pendulum-v1"
@@ -91,7 +91,7 @@ def trained(tmp_path_factory):
 
 def _simeval_policy(path):
     from simeval.envs import make_env
-    from simeval.launch.plan import build_policy
+    from simeval.policies import build_policy
     from simeval.weights import load_weights
 
     ck = load_checkpoint(path)
@@ -108,7 +108,7 @@ def test_actions_match_torchrls_deterministic_actor(trained):
     path, actor, _ = trained
     ck, ours = _simeval_policy(path)
     assert ck.meta["format"] == "torchrl" and ck.step == FRAMES
-    assert ck.policy_factory == "simeval.launch.policies:gaussian_actor" and ck.policy_kwargs == {"hidden": [32, 32]}
+    assert ck.policy_factory == "simeval.policies:gaussian_actor" and ck.policy_kwargs == {"hidden": [32, 32]}
     assert ck.obs_norm is not None
     obs = torch.randn(64, 3) * 2
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):

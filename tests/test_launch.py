@@ -29,7 +29,7 @@ def checkpoints(tmp_path_factory):
 
 
 def test_checkpoint_mode_writes_a_durable_result(checkpoints, tmp_path):
-    from simeval.launch.checkpoint import file_hash
+    from simeval.checkpoints import file_hash
 
     out = tmp_path / "out"
     proc = cli("--checkpoint", checkpoints[1], "--out", str(out), *SMALL)
@@ -133,7 +133,7 @@ def test_init_fn_runs_in_the_launcher_before_torch_and_gets_apploauncher_flags(c
     }
     proc = cli(
         "--init-fn",
-        "simeval.launch.hooks:isaaclab_app_launcher",
+        "simeval.hooks:isaaclab_app_launcher",
         "--headless",
         "--livestream",
         "0",
@@ -220,7 +220,7 @@ def test_more_gpus_than_the_ray_cluster_has_fails_clearly(ray_cluster, checkpoin
 
 
 def test_device_cuda_n_pins_the_process_worker_to_that_gpu(checkpoints, tmp_path):
-    from simeval.launch.plan import placement
+    from simeval.launch.build import placement
 
     assert placement("cuda:3", "process") == ("3", "cuda:0")
     assert placement("cuda:3", "thread") == (None, "cuda:3")
@@ -230,7 +230,7 @@ def test_device_cuda_n_pins_the_process_worker_to_that_gpu(checkpoints, tmp_path
     import functools
 
     from simeval import Evaluator
-    from simeval.launch.hooks import worker_init
+    from simeval.hooks import worker_init
 
     record = tmp_path / "visible"
     os.environ["SIMEVAL_TEST_RECORD"] = str(record)

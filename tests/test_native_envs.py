@@ -352,7 +352,7 @@ def test_launch_cli_evaluates_256_native_envs_with_the_gymnasium_backends_number
 
     from launch_helpers import cli
 
-    from simeval.launch import shipped_checkpoint
+    from simeval.checkpoints.shipped import shipped_checkpoint
 
     records = {}
     for backend in ("default", "gymnasium"):

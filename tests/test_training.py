@@ -92,7 +92,7 @@ def test_served_evaluator_takes_weights_streamed_from_a_training_process(ray_clu
 
 
 def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
-    from simeval.launch import SHIPPED_RUN
+    from simeval.checkpoints.shipped import SHIPPED_RUN
 
     full = {**os.environ, "PYTHONPATH": REPO}
     proc = subprocess.run(

@@ -9,9 +9,9 @@ import threading
 import pytest
 from launch_helpers import write_checkpoints
 
-from simeval.launch import watch
-from simeval.launch.checkpoint import file_hash, load_checkpoint
-from simeval.launch.watch import Unreadable, Watcher
+from simeval.checkpoints import file_hash, load_checkpoint
+from simeval.launch import sources
+from simeval.launch.sources import Unreadable, Watcher
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def load_counts(monkeypatch):
         counts[os.path.basename(path)] = counts.get(os.path.basename(path), 0) + 1
         return load_checkpoint(path, format)
 
-    monkeypatch.setattr(watch, "load_checkpoint", counting)
+    monkeypatch.setattr(sources, "load_checkpoint", counting)
     return counts
 
 
@@ -66,13 +66,13 @@ def test_a_file_rotated_away_before_its_turn_is_skipped(three, tmp_path, monkeyp
             os.unlink(path)  # training's checkpoint rotation, between the peek and the load
         return load_checkpoint(path, format)
 
-    monkeypatch.setattr(watch, "load_checkpoint", rotate_then_load)
+    monkeypatch.setattr(sources, "load_checkpoint", rotate_then_load)
     items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))
     assert [ck.step for ck in items] == [1000, 3000]
 
 
 def test_an_unreadable_file_is_yielded_as_such_once(three, tmp_path, monkeypatch):
-    monkeypatch.setattr(watch, "SETTLE_SECONDS", 0.0)  # an old file: nobody is writing it any more
+    monkeypatch.setattr(sources, "SETTLE_SECONDS", 0.0)  # an old file: nobody is writing it any more
     directory = _run_dir(tmp_path, three[:1])
     with open(os.path.join(directory, "step_0000500.pt"), "wb") as f:
         f.write(b"not a checkpoint")
@@ -149,3 +149,20 @@ def test_a_checkpoint_written_just_before_done_is_still_evaluated(three, tmp_pat
 
     watcher._candidates = candidates
     assert [ck.step for ck in watcher] == [3000]
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_a_watch_path_that_is_no_directory_fails_at_once_in_one_line(tmp_path, kind):
+    """A typo in --watch is visible at once: exit 2 and one line naming the path, never a silent wait."""
+    from launch_helpers import cli
+
+    path = str(tmp_path / "runs" / "exp1")
+    if kind == "a file":
+        os.makedirs(os.path.dirname(path))
+        open(path, "w").close()
+    proc = cli("--watch", path, "--out", str(tmp_path / "out"), timeout=60)  # it used to wait for ever
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"simeval-launch: error: --watch {path}: "), line
+    assert ("no such directory" if kind == "missing" else "not a directory") in line
+    assert not os.path.exists(tmp_path / "out" / "results.jsonl")

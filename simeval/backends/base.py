@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
 from simeval.errors import EvalError
 from simeval.settings import EvalSettings, RoundOverrides
+
+# Per thread: the completions held back while this thread runs a backend's start() under its gate.
+_held = threading.local()
 
 
 @dataclass
@@ -57,7 +61,11 @@ class Backend(abc.ABC):
     future receives the raw metrics dict, or an EvalError. A backend never
     leaves a future pending: worker crashes, start-up failures and shutdown
     all complete it, and a request started after shutdown fails at once.
-    Subclasses implement ``_start`` and ``_shutdown``.
+    Subclasses implement ``_start`` and ``_shutdown``, and complete futures
+    with :func:`complete`: one completed inside ``_start`` (a start-up failure,
+    a child already gone) is completed only once ``start`` released its lock,
+    so its done-callbacks (the request queue launches the next request from
+    there) may call ``start`` again.
     """
 
     name = "?"
@@ -74,12 +82,20 @@ class Backend(abc.ABC):
     def start(
         self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None = None
     ) -> None:
-        """Stage ``weights`` ({model_id: nn.Module | TensorDict}) and begin a round."""
-        with self._gate:
-            if self._closed:
-                complete(future, exc=cancelled())
-                return
-            self._start(step, weights, future, overrides)
+        """Stage ``weights`` ({model_id: nn.Module | TensorDict}) and begin a round.
+
+        Futures completed on this thread meanwhile are completed on the way out, after the lock is released.
+        """
+        held: list[tuple[Future, Any, BaseException | None]] = []
+        try:
+            with self._gate, _holding(held):
+                if self._closed:
+                    complete(future, exc=cancelled())
+                    return
+                self._start(step, weights, future, overrides)
+        finally:
+            for fut, result, exc in held:
+                complete(fut, result, exc)  # callbacks run here, free to call start()
 
     def shutdown(self, timeout: float) -> None:
         """Stop any running round within ``timeout`` seconds and free every resource."""
@@ -96,8 +112,29 @@ class Backend(abc.ABC):
     def _shutdown(self, timeout: float) -> None: ...
 
 
+@contextlib.contextmanager
+def _holding(held: list) -> Iterator[None]:
+    """While the block runs, :func:`complete` on this thread appends to ``held`` instead of completing."""
+    outer = getattr(_held, "completions", None)
+    _held.completions = held
+    try:
+        yield
+    finally:
+        _held.completions = outer
+
+
 def complete(future: Future, result: Any = None, exc: BaseException | None = None) -> bool:
-    """Complete ``future`` unless something already did; True if this call did."""
+    """Complete ``future`` unless something already did; True if this call did.
+
+    Inside a backend's ``start`` (same thread, lock held) the completion is
+    held back until ``start`` releases its lock; True then means it will be done.
+    """
+    held = getattr(_held, "completions", None)
+    if held is not None:
+        if future.done() or any(f is future for f, _, _ in held):
+            return False
+        held.append((future, result, exc))
+        return True
     try:
         if exc is not None:
             future.set_exception(exc)

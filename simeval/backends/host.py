@@ -51,7 +51,7 @@ def run_init_fn(init_fn: str | bytes | None) -> None:
         import cloudpickle  # noqa: F401  (cloudpickle's loader is plain pickle)
 
         init_fn = pickle.loads(init_fn)
-    from simeval.settings import resolve_callable
+    from simeval.refs import resolve_callable
 
     resolve_callable(init_fn, "init_fn")()
 

@@ -165,7 +165,7 @@ class ProcessBackend(Backend):
             self._child = self._spawn()
             if child.fatal is not None and not child.fatal_reported:
                 # A start-up failure no request has seen yet: report it (the next request
-                # runs on the fresh child).
+                # runs on the fresh child). Backend.start completes it once its lock is released.
                 complete(future, exc=child.fatal)
                 return
             child = self._child

@@ -15,7 +15,7 @@ each step, where the rollout core reads it at every episode's end.
 
 Kit-less (Isaac Lab 3.x without Isaac Sim, Newton physics) nothing has to
 start before torch; with Isaac Sim installed the simulation app must already
-run (``--init-fn simeval.launch.hooks:isaaclab_app_launcher``).
+run (``--init-fn simeval.hooks:isaaclab_app_launcher``).
 """
 
 from __future__ import annotations

@@ -18,44 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simeval.envs.catalog import MUJOCO_TASKS, env_backend
+
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase, TransformedEnv
 
 # The model id of make_env's VecNormV2, for weights_dict={OBS_NORM_ID: train_env.transform[2]}.
 OBS_NORM_ID = "env.transform[2]"
-
-# What backend="native" runs (simeval.envs.mujoco_tasks.TASKS; kept here so that
-# importing simeval.envs loads no NumPy, torch or MuJoCo).
-NATIVE_TASKS = (
-    "HalfCheetah-v5",
-    "Hopper-v5",
-    "Walker2d-v5",
-    "Ant-v5",
-    "InvertedPendulum-v5",
-    "Humanoid-v5",
-)
-# gymnasium's MuJoCo v5 tasks named in error messages; the last two run on the gymnasium backend only.
-MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
-# What backend="warp" runs: the tasks that observe and reward qpos and qvel only. Not Humanoid (MuJoCo
-# Warp has no PGS solver) nor Ant (mujoco_warp 4.0.0 orients a steep capsule's friction pyramid on the
-# floor unlike MuJoCo, so Ant's feet slide differently: an O(1) difference, not float32 rounding).
-WARP_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "InvertedPendulum-v5")
-ENV_BACKENDS = ("native", "gymnasium", "warp")
-
-
-def env_backend(name: str, backend: str | None = None) -> str:
-    """The backend ``make_env`` uses for ``name``: ``backend`` checked, or native where it has the task."""
-    if backend not in (None, *ENV_BACKENDS):
-        raise ValueError(
-            f"unknown backend {backend!r}: choose 'native', 'gymnasium' or 'warp' (or None for the default)."
-        )
-    if backend == "native" and name not in NATIVE_TASKS:
-        raise ValueError(
-            f"backend='native' has no {name!r} (it runs {', '.join(NATIVE_TASKS)}): use backend='gymnasium'."
-        )
-    if backend == "warp" and name not in WARP_TASKS:
-        raise ValueError(f"backend='warp' has no {name!r}: it runs {', '.join(WARP_TASKS)}.")
-    return backend or ("native" if name in NATIVE_TASKS else "gymnasium")
 
 
 def make_env(
@@ -111,33 +80,50 @@ def make_env(
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if name.startswith("isaaclab:"):
-        from simeval.envs import isaaclab
-
-        task = name.split(":", 1)[1]
-        return isaaclab.make_env(
-            task, num_envs=num_envs, device=device, seed=seed, max_steps=max_steps, obs_norm=obs_norm
-        )
+        return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm)
     backend = env_backend(name, backend)
-    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
+
+    env = TransformedEnv(_base_env(name, backend, num_envs, device, render, num_threads, exact_contact_forces, groups))
+    _append_transforms(env, max_steps, obs_norm)
+    if seed is not None:
+        env.set_seed(seed)
+    return env
+
+
+def _isaaclab_env(
+    name: str, num_envs: int, device: str | None, seed: int | None, max_steps: int | None, obs_norm: bool
+) -> TransformedEnv:
+    """The Isaac Lab task ``isaaclab:<task>`` (:func:`simeval.envs.isaaclab.make_env`)."""
+    from simeval.envs import isaaclab
+
+    task = name.split(":", 1)[1]
+    return isaaclab.make_env(task, num_envs=num_envs, device=device, seed=seed, max_steps=max_steps, obs_norm=obs_norm)
+
+
+def _base_env(
+    name: str,
+    backend: str,
+    num_envs: int,
+    device: str | None,
+    render: bool,
+    num_threads: int | None,
+    exact_contact_forces: bool,
+    groups: int | None,
+) -> EnvBase:
+    """The untransformed batched env of ``backend`` (a name ``env_backend`` checked)."""
+    if backend == "native":
+        return _native_env(name, num_envs, device, render, num_threads, exact_contact_forces, groups)
+    if backend == "warp":
+        return _warp_env(name, num_envs, device, render)
+    return _gymnasium_env(name, num_envs, device, render)
+
+
+def _append_transforms(env: TransformedEnv, max_steps: int | None, obs_norm: bool) -> None:
+    """Append the layout every backend shares: DoubleToFloat, StepCounter, VecNormV2 (with ``obs_norm``), RewardSum."""
+    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
     from torchrl.envs.transforms import VecNormV2
 
-    if backend == "native":
-        from simeval.envs.mujoco import MujocoBatchEnv
-
-        base = MujocoBatchEnv(
-            name,
-            num_envs,
-            device=device,
-            num_threads=num_threads,
-            exact_contact_forces=exact_contact_forces,
-            render_mode="rgb_array" if render else None,
-            groups=groups,
-        )
-    elif backend == "warp":
-        base = _warp_env(name, num_envs, device, render)
-    else:
-        base = _gymnasium_env(name, num_envs, device, render)
-    env = TransformedEnv(base)
     env.append_transform(DoubleToFloat())
     env.append_transform(StepCounter(max_steps))
     if obs_norm:
@@ -147,9 +133,29 @@ def make_env(
             warnings.filterwarnings("ignore", message="Support of VecNormV2 for containers")
             env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
     env.append_transform(RewardSum())
-    if seed is not None:
-        env.set_seed(seed)
-    return env
+
+
+def _native_env(
+    name: str,
+    num_envs: int,
+    device: str | None,
+    render: bool,
+    num_threads: int | None,
+    exact_contact_forces: bool,
+    groups: int | None,
+) -> EnvBase:
+    """``num_envs`` sub-envs in one ``mujoco.batch.Batch`` (:class:`simeval.envs.mujoco.MujocoBatchEnv`)."""
+    from simeval.envs.mujoco import MujocoBatchEnv
+
+    return MujocoBatchEnv(
+        name,
+        num_envs,
+        device=device,
+        num_threads=num_threads,
+        exact_contact_forces=exact_contact_forces,
+        render_mode="rgb_array" if render else None,
+        groups=groups,
+    )
 
 
 def _warp_env(name: str, num_envs: int, device: str | None, render: bool) -> EnvBase:

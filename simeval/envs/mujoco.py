@@ -164,7 +164,7 @@ class MujocoBatchEnv(EnvBase):
     def reset_sims(self, ids: np.ndarray | None, group: SimGroup | None = None) -> None:
         """gymnasium's reset of the sub-envs ``ids`` (None: all), each from its own generator.
 
-        With ``group``, ``ids`` are local to it (the pipelined rollout resets one group at a time).
+        With ``group``, ``ids`` are local to it (the direct rollout resets one group at a time).
         """
         if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
             self._rngs = sub_env_generators(None, self._n)

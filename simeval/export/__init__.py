@@ -11,7 +11,7 @@ or a library's normaliser, which is already inside its actor. Before the file
 is used, the written model is run on a batch of observations and compared with
 the policy itself; a mismatch is an error, not a file. ``python -m
 simeval.launch --checkpoint policy.onnx`` evaluates an ONNX export
-(:mod:`simeval.launch.formats.onnx`).
+(:mod:`simeval.checkpoints.formats.onnx`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def export_checkpoint(
     format: str | None = None,
 ) -> ExportResult:
     """Write ``checkpoint``'s deterministic actor as ``to`` (onnx or torchscript); CheckpointError on bad input."""
-    from simeval.launch.checkpoint import CheckpointError, load_checkpoint
+    from simeval.checkpoints import CheckpointError, load_checkpoint
 
     if to not in TARGETS:
         raise CheckpointError(f"unknown export target {to!r}: choose onnx or torchscript.")
@@ -79,14 +79,14 @@ def export_checkpoint(
     out = os.fspath(out) if out is not None else default_out(path, to)
     if os.path.exists(out) and os.path.samefile(out, path):
         raise CheckpointError(f"{path}: --out is the checkpoint itself; choose another file.")
-    from simeval.launch.plan import check_env
+    from simeval.envs import check_env
 
     check_env(env_name)
     module, policy, vecnorm, obs_dim, act_dim, how = _build(ck, env_name)
     import torch
 
+    from simeval.checkpoints.formats import onnx as onnx_format
     from simeval.export.writers import WRITERS, atomic_write
-    from simeval.launch.formats import onnx as onnx_format
 
     metadata = {
         onnx_format.META_FORMAT: onnx_format.EXPORT_FORMAT,
@@ -120,7 +120,7 @@ def export_checkpoint(
 
 
 def _env_name(ck, env: str | None) -> str:
-    from simeval.launch.checkpoint import CheckpointError
+    from simeval.checkpoints import CheckpointError
 
     if ck.env and env and env != ck.env:
         raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {env}.")
@@ -142,11 +142,10 @@ def _build(ck, env_name: str):
 
 
 def _build_quietly(ck, env_name: str):
+    from simeval.checkpoints import CheckpointError
     from simeval.envs import OBS_NORM_ID, make_env
     from simeval.export.actor import Exported, Normalise, deterministic_actor
-    from simeval.launch.checkpoint import CheckpointError
-    from simeval.launch.plan import build_policy
-    from simeval.launch.policies import DEFAULT_FACTORY
+    from simeval.policies import DEFAULT_FACTORY, build_policy
     from simeval.weights import load_weights, resolve_model
 
     env = make_env(env_name, num_envs=1, obs_norm=ck.obs_norm is not None)

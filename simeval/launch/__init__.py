@@ -5,11 +5,12 @@
     python -m simeval.launch --config launchers/mujoco-halfcheetah.yaml --watch runs/exp1/ckpt
     python -m simeval.launch --backend ray --num-gpus 1 --serve cheetah-eval
 
-The launcher half of simeval: command line and config (``cli``, ``config``),
-what to evaluate and how workers build it (``plan``), the pipeline
-(``app``: checkpoint or ``watch`` source -> Evaluator -> ``results``),
-checkpoints, init hooks, policies, video, reports, the Docker launcher and
-the demo. Flags simeval does not know are handed to ``--init-fn``; torch is
+The launcher application, built on the library (it is the only importer of
+this package): command line and config (``cli``, ``config``), what to evaluate
+(``plan``) and how workers build it (``build``), the stages (``app``: a
+``sources`` checkpoint source -> ``session`` evaluators driven by ``sweep`` ->
+``results``), video, reports, the Docker launcher (``container``,
+``container_engine``) and the demo. Flags simeval does not know are handed to ``--init-fn``; torch is
 imported only after the init hook ran. Bad input: one line on stderr, exit
 code 2 (``--debug`` shows the traceback). Nothing here imports torch at import time.
 """
@@ -20,14 +21,6 @@ import os
 import sys
 import time
 import traceback
-
-SHIPPED_RUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "halfcheetah_ppo")
-
-
-def shipped_checkpoint() -> str:
-    """The last checkpoint of the shipped training run (HalfCheetah-v5 PPO, 1M frames)."""
-    names = sorted(n for n in os.listdir(SHIPPED_RUN) if n.endswith(".pt"))
-    return os.path.join(SHIPPED_RUN, names[-1])
 
 
 def _one_line(exc: BaseException) -> str:
@@ -51,11 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.source is None:
             if parsed.config_path:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
+            from simeval.checkpoints.shipped import SHIPPED_RUN
+
             cfg.watch = SHIPPED_RUN  # embedded default: every checkpoint of the shipped training run
         if cfg.init_fn and cfg.backend == "thread":
             # The env lives in this process: the hook (e.g. AppLauncher) runs here, before torch.
-            from simeval.launch.hooks import call_hook
-            from simeval.settings import resolve_callable
+            from simeval.hooks import call_hook
+            from simeval.refs import resolve_callable
 
             call_hook(resolve_callable(cfg.init_fn, "--init-fn"), argv=parsed.extra, video=cfg.video, device=cfg.device)
         from simeval.launch.app import run

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
+from simeval.checkpoints.formats import names as _format_names
 from simeval.envs import ENV_BACKENDS  # how MuJoCo envs are built: native, gymnasium
-from simeval.launch.formats import names as _format_names
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
@@ -60,7 +60,7 @@ class LaunchConfig:
     max_steps: int | None = _opt(1000, "episode cap")
     seed: int | None = _opt(0, "env seed, the same every round")
     init_fn: str | None = _opt(
-        None, "module:function run first, before torch (e.g. simeval.launch.hooks:isaaclab_app_launcher)"
+        None, "module:function run first, before torch (e.g. simeval.hooks:isaaclab_app_launcher)"
     )
     policy: str | None = _opt(None, "module:factory building the policy from the env (default: the checkpoint's)")
     policy_kwargs: dict = _opt(dict, "JSON keyword arguments for --policy", json=True)

@@ -221,6 +221,28 @@ def _signal(container, name: str) -> None:
 def run(spec: ContainerSpec) -> int:
     """Start the container, stream its logs, stop it on SIGTERM/SIGINT, remove it; its exit code."""
     client = _client()
+    _check_image(client, spec)
+    user, extra_env = _user_for(client, spec, _make_mount_dirs(spec))
+    signals: list[int] = []
+    container = _create(client, spec, user, extra_env)
+    previous = _catch_signals(signals)
+    try:
+        print(f"container {container.short_id} ({spec.image}) as {user}: results in {spec.out}", flush=True)
+        streams = _log_streams(container)
+        _start(container, spec)
+        for t in streams:
+            t.start()
+        status = _wait(container, signals)
+        for t in streams:
+            t.join(5)
+        return int(status.get("StatusCode", 1))
+    finally:
+        _restore_signals(previous)
+        _remove(container)
+
+
+def _check_image(client, spec: ContainerSpec) -> None:
+    """A ConfigError unless ``spec.image`` is on the engine (simeval neither builds nor pulls it)."""
     import docker
 
     try:
@@ -230,70 +252,97 @@ def run(spec: ContainerSpec) -> int:
             f"image {spec.image!r} is not on this Docker engine: build it "
             f"(docker build -f containers/Dockerfile -t {spec.image} .) or docker pull it."
         ) from None
-    user, extra_env = _user_for(client, spec, _make_mount_dirs(spec))
+
+
+def _create(client, spec: ContainerSpec, user: str, extra_env: dict[str, str]):
+    """Create (not start) the planned container, run as ``user`` with ``extra_env`` added to its environment."""
+    import docker
+
     kwargs = spec.create_kwargs(user)
     kwargs["environment"] = {**kwargs["environment"], **extra_env}
-    signals: list[int] = []
     try:
-        container = client.containers.create(**kwargs)
+        return client.containers.create(**kwargs)
     except docker.errors.APIError as exc:
         raise ConfigError(f"the Docker engine refused the container ({_first_line(exc)}).") from None
-    previous = {s: signal.signal(s, lambda signum, _: signals.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _catch_signals(signals: list[int]) -> dict:
+    """Record SIGTERM and SIGINT in ``signals`` instead of dying of them; the handlers they replace."""
+    return {s: signal.signal(s, lambda signum, _: signals.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signals(previous: dict) -> None:
+    """Put back the signal handlers ``_catch_signals`` replaced."""
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
+def _log_streams(container) -> list[threading.Thread]:
+    """Daemon threads (not started) that copy the container's stdout and stderr logs to the launcher's own."""
+    return [
+        threading.Thread(target=_stream, args=(container, True, sys.stdout.buffer), daemon=True),
+        threading.Thread(target=_stream, args=(container, False, sys.stderr.buffer), daemon=True),
+    ]
+
+
+def _start(container, spec: ContainerSpec) -> None:
+    """Start the container; a ConfigError with a hint (the NVIDIA toolkit when GPUs were asked for) if it cannot."""
+    import docker
+
     try:
-        print(f"container {container.short_id} ({spec.image}) as {user}: results in {spec.out}", flush=True)
-        streams = [
-            threading.Thread(target=_stream, args=(container, True, sys.stdout.buffer), daemon=True),
-            threading.Thread(target=_stream, args=(container, False, sys.stderr.buffer), daemon=True),
-        ]
+        container.start()
+    except docker.errors.APIError as exc:
+        hint = (
+            "install the NVIDIA Container Toolkit on this host, or leave out --gpus"
+            if spec.device_requests
+            else "check the image and the engine's log"
+        )
+        reason = _first_line(exc)
+        raise ConfigError(f"the Docker engine could not start the container ({reason}); {hint}.") from None
+
+
+def _wait(container, signals: list[int]) -> dict[str, Any]:
+    """The engine's wait() status once the container exits, stopping it on ``signals`` meanwhile.
+
+    The wait runs on a thread, so that signals are acted on while it blocks; a
+    wait the engine breaks off is a ConfigError.
+    """
+    status: dict[str, Any] = {}
+    lost: list[Exception] = []
+
+    def wait() -> None:
         try:
-            container.start()
-        except docker.errors.APIError as exc:
-            hint = (
-                "install the NVIDIA Container Toolkit on this host, or leave out --gpus"
-                if spec.device_requests
-                else "check the image and the engine's log"
-            )
-            reason = _first_line(exc)
-            raise ConfigError(f"the Docker engine could not start the container ({reason}); {hint}.") from None
-        for t in streams:
-            t.start()
-        status: dict[str, Any] = {}
-        lost: list[Exception] = []
+            status.update(container.wait())
+        except Exception as exc:  # noqa: BLE001 - raised by run() in the main thread
+            lost.append(exc)
 
-        def wait() -> None:
-            try:
-                status.update(container.wait())
-            except Exception as exc:  # noqa: BLE001 - raised by run() in the main thread
-                lost.append(exc)
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    _stop_on_signals(container, waiter, signals)
+    if lost:
+        raise ConfigError(
+            f"the launcher lost contact with the Docker engine while waiting for container {container.short_id} "
+            f"({type(lost[0]).__name__}: {_first_line(lost[0])})."
+        )
+    return status
 
-        waiter = threading.Thread(target=wait, daemon=True)
-        waiter.start()
-        term_sent, killed = None, False
-        while waiter.is_alive():
-            waiter.join(0.5)
-            if signals and term_sent is None:
-                term_sent = time.monotonic()
-                print(
-                    f"stopping container {container.short_id} (SIGTERM; a second signal or {STOP_GRACE_S} s kills it).",
-                    flush=True,
-                )
-                _signal(container, "SIGTERM")
-            elif term_sent is not None and not killed:
-                if len(signals) > 1 or time.monotonic() - term_sent > STOP_GRACE_S:
-                    killed = True
-                    _signal(container, "SIGKILL")
-        if lost:
-            raise ConfigError(
-                f"the launcher lost contact with the Docker engine while waiting for container {container.short_id} "
-                f"({type(lost[0]).__name__}: {_first_line(lost[0])})."
+
+def _stop_on_signals(container, waiter: threading.Thread, signals: list[int]) -> None:
+    """While ``waiter`` runs: SIGTERM the container at the first signal, SIGKILL at a second or after STOP_GRACE_S."""
+    term_sent, killed = None, False
+    while waiter.is_alive():
+        waiter.join(0.5)
+        if signals and term_sent is None:
+            term_sent = time.monotonic()
+            print(
+                f"stopping container {container.short_id} (SIGTERM; a second signal or {STOP_GRACE_S} s kills it).",
+                flush=True,
             )
-        for t in streams:
-            t.join(5)
-        return int(status.get("StatusCode", 1))
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        _remove(container)
+            _signal(container, "SIGTERM")
+        elif term_sent is not None and not killed:
+            if len(signals) > 1 or time.monotonic() - term_sent > STOP_GRACE_S:
+                killed = True
+                _signal(container, "SIGKILL")
 
 
 def _remove(container) -> None:

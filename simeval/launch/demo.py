@@ -16,6 +16,7 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     from simeval import launch
+    from simeval.checkpoints.shipped import shipped_checkpoint
     from simeval.launch import report
 
     root = os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
@@ -29,9 +30,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from simeval import load_checkpoint, save_checkpoint
     from simeval.envs import make_env
-    from simeval.launch.policies import gaussian_actor
+    from simeval.policies import gaussian_actor
 
-    final = launch.shipped_checkpoint()
+    final = shipped_checkpoint()
     shipped = load_checkpoint(final)
     torch.manual_seed(0)
     env = make_env(shipped.env, num_envs=1)

@@ -1,18 +1,14 @@
-"""What the launcher evaluates and how a worker builds it.
+"""What the launcher evaluates: :class:`EvalPlan`, decided from the config and a checkpoint.
 
-:class:`EvalPlan` is decided from the config and a checkpoint (its env, its
-policy factory, whether VecNorm statistics are used); :func:`make_evaluator`
-turns a plan into an Evaluator whose env and policy factories are
-module-level functions, picklable by reference for process and Ray workers.
+A plan is the checkpoint's env, its policy factory and whether VecNorm
+statistics are used; :mod:`simeval.launch.build` turns it into an Evaluator.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass, field
 
-from simeval.launch.config import ConfigError, LaunchConfig
+from simeval.launch.config import LaunchConfig
 
 
 @dataclass(frozen=True)
@@ -28,8 +24,8 @@ class EvalPlan:
 
 def plan_for(cfg: LaunchConfig, explicit: set[str], ck=None) -> EvalPlan:
     """The plan for checkpoint ``ck`` (or, for --serve, for the config alone)."""
-    from simeval.launch.checkpoint import CheckpointError
-    from simeval.launch.policies import DEFAULT_FACTORY
+    from simeval.checkpoints import CheckpointError
+    from simeval.policies import DEFAULT_FACTORY
 
     env = cfg.env
     if ck is not None and not ck.env and ck.meta.get("format", "simeval") != "simeval" and "env" not in explicit:
@@ -45,143 +41,3 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck=None) -> EvalPlan:
     kwargs = cfg.policy_kwargs or (ck.policy_kwargs if ck is not None and factory == ck.policy_factory else {})
     obs_norm = cfg.obs_norm and (ck is None or ck.obs_norm is not None)
     return EvalPlan(env, obs_norm, factory, dict(kwargs))
-
-
-def check_env(name: str, backend: str | None = None) -> str:
-    """The env backend that will run ``name`` (isaaclab, native or gymnasium); a ConfigError if none can."""
-    if name.startswith("isaaclab:"):
-        check_isaaclab_task(name.split(":", 1)[1])
-        return "isaaclab"
-    import gymnasium
-
-    if name not in gymnasium.registry:
-        raise ConfigError(
-            f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>."
-        )
-    from simeval.envs import env_backend
-
-    return env_backend(name, backend)
-
-
-def check_isaaclab_task(task: str) -> None:
-    """Isaac Lab installed and ``task`` registered, checked before any worker starts.
-
-    With Isaac Sim installed, importing Isaac Lab's tasks here would come
-    before the simulation app: only the installation is checked then.
-    """
-    import importlib.util
-
-    from simeval.envs import isaaclab
-
-    if importlib.util.find_spec("isaacsim") is not None:
-        isaaclab.check_installed()
-    else:
-        isaaclab.check_task(task)
-
-
-def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:
-    """(CUDA_VISIBLE_DEVICES for the worker, device inside it).
-
-    A process worker sees only the GPU it was given and calls it cuda:0, so
-    evaluation never touches the training GPU. Ray sets the variable itself.
-    """
-    if backend == "process" and device and device.startswith("cuda:"):
-        return device.split(":", 1)[1], "cuda:0"
-    return None, device
-
-
-# -- what workers build (module level: picklable by reference) -----------------
-def build_env(
-    name: str,
-    max_steps: int | None,
-    device: str | None,
-    obs_norm: bool,
-    video_dir: str | None,
-    backend: str | None = None,
-    *,
-    num_envs: int,
-):
-    from simeval.envs import make_env
-
-    if name.startswith("isaaclab:"):  # no MuJoCo rendering or env backend there
-        return make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm)
-    if video_dir:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
-    env = make_env(
-        name,
-        num_envs=num_envs,
-        max_steps=max_steps,
-        device=device,
-        obs_norm=obs_norm,
-        render=bool(video_dir),
-        backend=backend,
-    )
-    if video_dir:
-        from simeval.launch.video import EpisodeVideo
-
-        env.append_transform(EpisodeVideo(video_dir))
-    return env
-
-
-def build_policy(factory: str, kwargs: dict, env):
-    from simeval.settings import resolve_callable
-
-    return resolve_callable(factory, "--policy")(env, **kwargs)
-
-
-def make_evaluator(
-    cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str, num_workers: int = 1
-):
-    """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results.
-
-    ``num_workers`` Ray workers split each round (the env factory takes ``num_envs=``: its share).
-    """
-    cuda_visible, device = placement(cfg.device, cfg.backend)
-    init_fn = None
-    if cfg.backend != "thread" and (cfg.init_fn or cuda_visible):
-        from simeval.launch.hooks import worker_init
-
-        init_fn = functools.partial(
-            worker_init, user_init=cfg.init_fn, cuda_visible=cuda_visible, argv=extra, video=cfg.video, device=device
-        )
-    video_dir = os.path.abspath(os.path.join(out, "videos")) if cfg.video else None
-    if cfg.backend == "thread" and device in (None, "cpu"):
-        import torch
-
-        # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
-        # intra-op thread, leaving the cores to the batched simulator's own threads.
-        torch.set_num_threads(1)
-    from simeval import Evaluator
-
-    return Evaluator(
-        functools.partial(
-            build_env, plan.env, cfg.max_steps, device, plan.obs_norm, video_dir, cfg.env_backend, num_envs=cfg.num_envs
-        ),
-        policy_factory=functools.partial(build_policy, plan.policy_factory, dict(plan.policy_kwargs)),
-        num_trajectories=cfg.episodes,
-        max_steps=cfg.max_steps,
-        seed=cfg.seed,
-        device=device,
-        backend=cfg.backend,
-        init_fn=init_fn,
-        num_gpus=cfg.num_gpus,
-        ray_kwargs=_ray_kwargs(cfg),
-        num_workers=num_workers,
-        max_restarts=cfg.max_restarts,
-        start_timeout=cfg.start_timeout,
-        keep_episodes=True,
-        results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
-        results_context=record_context(cfg, plan, env_backend),
-        info_keys=cfg.info_keys,
-    )
-
-
-def _ray_kwargs(cfg: LaunchConfig) -> dict | None:
-    if cfg.backend != "ray":
-        return None
-    return {"num_cpus": cfg.num_cpus, **({"name": cfg.serve} if cfg.serve else {})}
-
-
-def record_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:
-    """What every results.jsonl line of this run says about where and how it was evaluated."""
-    return {"backend": cfg.backend, "env": plan.env, "env_backend": env_backend}

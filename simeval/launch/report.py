@@ -4,14 +4,18 @@ Plots mean eval return against training step with its 95% bootstrap band,
 one line per run directory, and prints every evaluation as a table.
 ``--reference DIR`` draws a run's last evaluation as a horizontal line with
 its band across the plot (a baseline: an untrained policy, another method).
+Each directory is labelled by the fewest trailing path parts that tell it
+from the others (``seed0/out``, ``seed1/out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from collections.abc import Sequence
 
 from simeval.records import read_records
 
@@ -24,15 +28,40 @@ def read_results(out_dir: str) -> list[dict]:
     return sorted(rows, key=lambda r: r["step"])
 
 
+def labels(dirs: Sequence[str]) -> list[str]:
+    """A label per results directory: the fewest trailing path parts that tell it from every other one.
+
+    Directories are compared as absolute paths, so two different directories
+    never share a label (``seed0/out``, ``seed1/out``); the same directory
+    given twice gets the same label.
+    """
+    parts = [tuple(os.path.abspath(d).split(os.sep)) for d in dirs]
+    distinct = set(parts)
+    out = []
+    for path in parts:
+        k = 1
+        while k < len(path) and any(other[-k:] == path[-k:] for other in distinct if other != path):
+            k += 1
+        out.append(os.sep.join(path[-k:]) or os.sep)
+    return out
+
+
+def _value(metrics: dict, key: str, default: float = math.nan) -> float:
+    """``metrics[key]`` as a float; ``default`` when it is missing or null (a NaN when written)."""
+    value = metrics.get(key)
+    return default if value is None else float(value)
+
+
 def table(runs: dict[str, list[dict]]) -> str:
+    """Every evaluation of ``runs`` (label -> ok records), one row each; a missing value shows as nan."""
     head = f"{'run':<28}{'step':>12}{'return':>12}{'ci low':>12}{'ci high':>12}{'episodes':>10}"
     lines = [head, "-" * len(head)]
     for name, rows in runs.items():
         for r in rows:
             m = r["metrics"]
             lines.append(
-                f"{name[-28:]:<28}{r['step']:>12,}{m['reward']:>12.1f}{m.get('reward_ci_low') or float('nan'):>12.1f}"
-                f"{m.get('reward_ci_high') or float('nan'):>12.1f}{m.get('num_episodes', 0):>10}"
+                f"{name[-28:]:<28}{r['step']:>12,}{_value(m, 'reward'):>12.1f}{_value(m, 'reward_ci_low'):>12.1f}"
+                f"{_value(m, 'reward_ci_high'):>12.1f}{m.get('num_episodes', 0):>10}"
             )
     return "\n".join(lines)
 
@@ -45,13 +74,14 @@ def _steps(x: float, _pos: int = 0) -> str:
 
 
 def _band(record: dict) -> tuple[float, float, float]:
+    """(mean, CI low, CI high) of a record; a missing or null bound is the mean (no band)."""
     m = record["metrics"]
-    mean = m["reward"]
-    return mean, m.get("reward_ci_low", mean), m.get("reward_ci_high", mean)
+    mean = _value(m, "reward")
+    return mean, _value(m, "reward_ci_low", mean), _value(m, "reward_ci_high", mean)
 
 
 def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | None = None) -> str:
-    """Curves with CI bands for ``runs``; each of ``references`` (label -> record) as a horizontal band."""
+    """Curves with CI bands for ``runs`` (label -> records); each of ``references`` (label -> record) as a band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,7 +91,7 @@ def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | N
     for name, rows in runs.items():
         steps = [r["step"] for r in rows]
         mean, low, high = zip(*(_band(r) for r in rows), strict=True) if rows else ((), (), ())
-        (line,) = ax.plot(steps, mean, marker="o", label=os.path.basename(os.path.normpath(name)))
+        (line,) = ax.plot(steps, mean, marker="o", label=name)
         ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
     for k, (label, record) in enumerate((references or {}).items(), start=len(runs)):
         mean, low, high = _band(record)
@@ -86,15 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         "--reference", action="append", default=[], help="a results directory drawn as a baseline (its last result)"
     )
     args = parser.parse_args(argv)
+    # One set of labels for runs and references: two different directories never share one.
+    named = labels([*args.runs, *args.reference])
+    run_names, reference_names = named[: len(args.runs)], named[len(args.runs) :]
     try:
-        runs = {d: read_results(d) for d in args.runs}
-        references = {os.path.basename(os.path.normpath(d)): read_results(d) for d in args.reference}
+        runs = {label: read_results(d) for label, d in zip(run_names, args.runs, strict=True)}
+        references = {}
+        for label, d in zip(reference_names, args.reference, strict=True):
+            rows = read_results(d)
+            if not rows:
+                print(f"simeval-report: error: --reference {d} has no successful evaluation.", file=sys.stderr)
+                return 2
+            references[f"{label} (reference)" if label in runs else label] = rows
     except (FileNotFoundError, json.JSONDecodeError) as exc:
         print(f"simeval-report: error: {exc}", file=sys.stderr)
-        return 2
-    empty = [d for d, rows in references.items() if not rows]
-    if empty:
-        print(f"simeval-report: error: --reference {empty[0]} has no successful evaluation.", file=sys.stderr)
         return 2
     print(table({**runs, **references}))
     last = {label: rows[-1] for label, rows in references.items()}

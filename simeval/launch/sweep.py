@@ -1,6 +1,6 @@
 """Evaluate a source of checkpoints on up to K evaluators at once, each checkpoint exactly once.
 
-The source (a :class:`~simeval.launch.watch.Watcher`, or one ``--checkpoint``)
+The source (a :class:`~simeval.launch.sources.Watcher`, or one ``--checkpoint``)
 hands out checkpoints in step order; each idle evaluator takes the next. A
 result is appended to ``results.jsonl`` (whole, fsync'd) the moment it is in,
 so with K > 1 lines arrive in completion order: readers sort by step (the
@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simeval.launch.sources import CheckpointSource
 
 _TICK_S = 0.2
 
@@ -24,19 +27,6 @@ _TICK_S = 0.2
 class _Running:
     ck: Any
     started: float
-
-
-class One:
-    """A source of one checkpoint (``--checkpoint``)."""
-
-    def __init__(self, ck) -> None:
-        self.items, self.done = [ck], False
-
-    def take(self):
-        if not self.items:
-            self.done = True
-            return None
-        return self.items.pop()
 
 
 class Sweep:
@@ -51,7 +41,7 @@ class Sweep:
         self.idle = list(range(session.slots))
         self.held: list[dict] = []  # recorded, not yet given to the logger
 
-    def run(self, source) -> int:
+    def run(self, source: CheckpointSource) -> int:
         stop = self.session.stop
         closed = False  # --until-step reached: take nothing more
         next_scan = 0.0
@@ -78,7 +68,7 @@ class Sweep:
     def _dispatch(self, source) -> bool:
         """Start checkpoints on idle evaluators; True once one at or past --until-step was started."""
         from simeval.launch.config import ConfigError
-        from simeval.launch.watch import Unreadable
+        from simeval.launch.sources import Unreadable
 
         while self.idle:
             ck = source.take()
@@ -136,7 +126,7 @@ class Sweep:
             self.log.publish(self.held.pop(0))
 
     def _failed(self, ck, exc: BaseException) -> None:
-        from simeval.launch.checkpoint import CheckpointError
+        from simeval.checkpoints import CheckpointError
 
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if not self.keep_going:
@@ -146,7 +136,7 @@ class Sweep:
         self._fail(ck.path, message, ck.step)
 
     def _fail(self, path: str, message: str, step: int | None = None) -> None:
-        from simeval.launch.app import checkpoint_name
+        from simeval.launch.sources import checkpoint_name
         from simeval.records import failed_record
 
         name = checkpoint_name(path, self.cfg.watch)

@@ -9,8 +9,8 @@ import sys
 
 def recording_isaaclab_hook(argv=None, video=False, device=None):
     torch_loaded = "torch" in sys.modules
+    from simeval import hooks
     from simeval.envs import isaaclab
-    from simeval.launch import hooks
 
     hooks.isaaclab_app_launcher(argv=argv, video=video, device=device)
     record = {"torch_loaded_before": torch_loaded, "pid": os.getpid(), "launcher_args": isaaclab.launcher_args()}

@@ -67,7 +67,7 @@ def step_of(path: str, data: Any) -> int:
 
 
 def read(path: str, raw: bytes | None, data: Any):
-    from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
+    from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
 
     actor, norm = _parts(data)
     if actor is None:
@@ -88,7 +88,7 @@ def read(path: str, raw: bytes | None, data: Any):
         env=data.get("env") if isinstance(data.get("env"), str) else None,
         policy=unflatten({k.replace(".", "/"): v for k, v in actor.items()}),
         obs_norm=None if norm is None else unflatten(_vecnorm_weights(path, norm)),
-        policy_factory=f"simeval.launch.policies:{factory}",
+        policy_factory=f"simeval.policies:{factory}",
         policy_kwargs={"hidden": hidden},
         meta={
             "format": NAME,
@@ -100,7 +100,7 @@ def read(path: str, raw: bytes | None, data: Any):
 
 def _vecnorm_weights(path: str, state: dict) -> dict:
     """A VecNormV2 ``state_dict`` as simeval's weights layout (statistics under ``__extra_state__/.``)."""
-    from simeval.launch.checkpoint import CheckpointError
+    from simeval.checkpoints.base import CheckpointError
 
     extra = state.get("_extra_state")
     if not isinstance(extra, dict) or not any(str(k).startswith("loc") for k in extra):

@@ -28,7 +28,7 @@ from typing import Any
 NAME = "skrl"
 # write_checkpoint: <experiment>/checkpoints/agent_<timestep>.pt; best_agent.pt is no step and is not watched.
 WATCH = ["checkpoints/agent_*.pt", "agent_*.pt"]
-FACTORY = "simeval.launch.formats.skrl:actor"
+FACTORY = "simeval.checkpoints.formats.skrl:actor"
 DEFAULT_ACTIVATION = "elu"
 SCALER_DEFAULTS = {"epsilon": 1e-8, "clip_threshold": 5.0}  # RunningStandardScaler's defaults (1.x and 2.x)
 _STEP = re.compile(r"^agent_(\d+)\.pt$")
@@ -63,63 +63,24 @@ def step_of(path: str, data: Any) -> int:
     return int(found.group(1)) if found else 0
 
 
-def layer_indices(activations: Sequence[str | None]) -> list[int]:
-    """Indices of the Linear layers in an MLP Sequential with these hidden activations (None: no module)."""
-    out, i = [], 0
-    for activation in activations:
-        out.append(i)
-        i += 1 if activation is None else 2
-    return [*out, i]
-
-
 def read(path: str, raw: bytes | None, data: Any):
     """A Checkpoint for skrl's saved agent ``data`` (read from ``path``)."""
-    from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
+    from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
+    from simeval.checkpoints.formats.skrl_net import layer_indices
 
     def fail(problem: str) -> CheckpointError:
         return CheckpointError(f"{path}: {problem}")
 
-    if not recognises(path, raw, data):
-        raise fail("not an skrl checkpoint (no policy state_dict among the agent's modules).")
-    state = data["policy"]
-    if "log_std_parameter" not in state:
-        raise fail(
-            "the skrl policy has no log_std_parameter: only Gaussian policies (PPO, A2C, ...) with a "
-            "state-independent log std are supported."
-        )
+    state = _gaussian_policy(path, raw, data, fail)
     run = _agent_yaml(path)
     spec = _policy_spec(run, fail) if run is not None else None
     linears, shared = _linears(state, spec is not None, fail)
-    shapes = [tuple(state[w].shape) for w, _ in linears]
-    if any(len(s) != 2 for s in shapes) or any(a[0] != b[1] for a, b in pairwise(shapes)):
-        raise fail(f"the skrl policy's layers {shapes} do not chain into an MLP: not supported.")
-    obs_dim, act_dim = shapes[0][1], shapes[-1][0]
-    if tuple(state["log_std_parameter"].shape) != (act_dim,):
-        raise fail(f"log_std_parameter has shape {tuple(state['log_std_parameter'].shape)}, the MLP {act_dim} outputs.")
-    hidden = [s[0] for s in shapes[:-1]]
+    obs_dim, act_dim, hidden = _mlp_dims(state, linears, fail)
     present = _activations_present(linears, shared)
-    if spec is None:
-        # a shared body's last activation: there when the others are (or there are no others)
-        last = any(present[:-1]) or len(present) == 1
-        activations = [DEFAULT_ACTIVATION if (last if p is None else p) else None for p in present]
-        output, clip_mean = "ACTIONS", False
-        source = (
-            f"inferred from the weights (activation: {DEFAULT_ACTIVATION}, Isaac Lab's skrl default; output: ACTIONS)"
-        )
-    else:
-        activations, output, clip_mean = _from_spec(spec, hidden, present, fail)
-        source = os.path.relpath(run["__path__"], os.path.dirname(os.path.abspath(path)))
+    activations, output, clip_mean, source = _architecture(path, run, spec, hidden, present, fail)
     _check_output(output, fail)
     scaler_key, obs_norm, norm_note = _normaliser(data, run, spec, obs_dim, fail)
-    mine = layer_indices(activations)
-    weights = {}
-    for (w, b), idx in zip(linears, mine, strict=True):
-        weights[f"module/mlp/{idx}/weight"] = state[w]
-        if b is not None:
-            weights[f"module/mlp/{idx}/bias"] = state[b]
-    if scaler_key is not None:
-        for buffer in ("running_mean", "running_variance"):
-            weights[f"module/obs_scaler/{buffer}"] = data[scaler_key][buffer]
+    weights = _actor_weights(data, state, linears, layer_indices(activations), scaler_key)
     kwargs = {
         "hidden_dims": hidden,
         "activations": activations,
@@ -144,6 +105,61 @@ def read(path: str, raw: bytes | None, data: Any):
             "action_dim": act_dim,
         },
     )
+
+
+def _gaussian_policy(path: str, raw: bytes | None, data: Any, fail) -> dict:
+    """The policy's state_dict, checked to be an skrl Gaussian policy's (a state-independent ``log_std_parameter``)."""
+    if not recognises(path, raw, data):
+        raise fail("not an skrl checkpoint (no policy state_dict among the agent's modules).")
+    state = data["policy"]
+    if "log_std_parameter" not in state:
+        raise fail(
+            "the skrl policy has no log_std_parameter: only Gaussian policies (PPO, A2C, ...) with a "
+            "state-independent log std are supported."
+        )
+    return state
+
+
+def _mlp_dims(state: dict, linears: list[tuple[str, str | None]], fail) -> tuple[int, int, list[int]]:
+    """(observation size, action size, hidden sizes), checked: the layers chain into an MLP the log std fits."""
+    shapes = [tuple(state[w].shape) for w, _ in linears]
+    if any(len(s) != 2 for s in shapes) or any(a[0] != b[1] for a, b in pairwise(shapes)):
+        raise fail(f"the skrl policy's layers {shapes} do not chain into an MLP: not supported.")
+    obs_dim, act_dim = shapes[0][1], shapes[-1][0]
+    if tuple(state["log_std_parameter"].shape) != (act_dim,):
+        raise fail(f"log_std_parameter has shape {tuple(state['log_std_parameter'].shape)}, the MLP {act_dim} outputs.")
+    return obs_dim, act_dim, [s[0] for s in shapes[:-1]]
+
+
+def _architecture(
+    path: str, run: dict | None, spec: dict | None, hidden: list[int], present: list[bool | None], fail
+) -> tuple[list[str | None], str, bool, str]:
+    """(activations, output, clip_mean_actions, where they come from): the run's config, else the weights."""
+    if spec is None:
+        # a shared body's last activation: there when the others are (or there are no others)
+        last = any(present[:-1]) or len(present) == 1
+        activations = [DEFAULT_ACTIVATION if (last if p is None else p) else None for p in present]
+        source = (
+            f"inferred from the weights (activation: {DEFAULT_ACTIVATION}, Isaac Lab's skrl default; output: ACTIONS)"
+        )
+        return activations, "ACTIONS", False, source
+    activations, output, clip_mean = _from_spec(spec, hidden, present, fail)
+    return activations, output, clip_mean, os.path.relpath(run["__path__"], os.path.dirname(os.path.abspath(path)))
+
+
+def _actor_weights(
+    data: dict, state: dict, linears: list[tuple[str, str | None]], indices: list[int], scaler_key: str | None
+) -> dict:
+    """The skrl weights under the actor's names: each Linear at its MLP index, then the scaler's statistics."""
+    weights = {}
+    for (w, b), idx in zip(linears, indices, strict=True):
+        weights[f"module/mlp/{idx}/weight"] = state[w]
+        if b is not None:
+            weights[f"module/mlp/{idx}/bias"] = state[b]
+    if scaler_key is not None:
+        for buffer in ("running_mean", "running_variance"):
+            weights[f"module/obs_scaler/{buffer}"] = data[scaler_key][buffer]
+    return weights
 
 
 def _linears(state: dict, hand_written_ok: bool, fail) -> tuple[list[tuple[str, str | None]], bool]:
@@ -241,7 +257,7 @@ def _convert_deprecated(policy: dict) -> dict:
 
 def _from_spec(spec: dict, hidden: list[int], present: list[bool | None], fail) -> tuple[list[str | None], str, bool]:
     """(activation per hidden layer, output expression, clip_mean_actions) from the config, checked with the weights."""
-    from simeval.launch.formats.skrl_net import ACTIVATIONS
+    from simeval.checkpoints.formats.skrl_net import ACTIVATIONS
 
     net = spec["network"]
     where = "the run's params/agent.yaml"
@@ -283,7 +299,7 @@ def _expand(activations: Any, n: int, where: str, fail) -> list:
 
 
 def _check_output(output: str, fail) -> None:
-    from simeval.launch.formats.skrl_net import parse_output
+    from simeval.checkpoints.formats.skrl_net import parse_output
 
     try:
         parse_output(output)
@@ -343,8 +359,8 @@ def _size(scaler: Any) -> int | None:
 
 def _agent_yaml(path: str) -> dict | None:
     """The run's skrl config: ``<run>/params/agent.yaml`` (Isaac Lab), the checkpoints in ``<run>/checkpoints``."""
-    from simeval.launch.checkpoint import CheckpointError
-    from simeval.launch.formats.yaml_params import run_params
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.formats.yaml_params import run_params
 
     try:
         out = run_params(path, "checkpoints")
@@ -366,8 +382,8 @@ def actor(
     import torch
     from tensordict.nn import TensorDictModule
 
-    from simeval.launch.formats.skrl_net import SkrlGaussianActor
-    from simeval.launch.policies import stamp
+    from simeval.checkpoints.formats.skrl_net import SkrlGaussianActor
+    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

@@ -81,8 +81,8 @@ def _transforms(env) -> tuple[object, _Transforms] | None:
     return env, found
 
 
-def plan(env, policy, settings, recording: bool) -> Pipeline | None:
-    """A pipeline for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
+def plan(env, policy, settings, recording: bool) -> DirectRollout | None:
+    """A direct rollout for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
     if (
         settings.collector_cls is not None
         or settings.collector_kwargs
@@ -102,10 +102,10 @@ def plan(env, policy, settings, recording: bool) -> Pipeline | None:
     if found is None:
         return None
     base, transforms = found
-    return Pipeline(env, base, transforms, policy)
+    return DirectRollout(env, base, transforms, policy)
 
 
-class Pipeline:
+class DirectRollout:
     """Runs rounds of exactly the given per-sub-env episode quotas on a native env, groups overlapped."""
 
     def __init__(self, env, base, transforms: _Transforms, policy) -> None:
@@ -132,16 +132,16 @@ class Pipeline:
 class _Round:
     """One round's state: per-sub-env returns, step counts and episode records, and the step loop."""
 
-    def __init__(self, pipeline: Pipeline, quotas: list[int], stop: threading.Event) -> None:
-        self.p, self.stop = pipeline, stop
-        base = pipeline.base
+    def __init__(self, rollout: DirectRollout, quotas: list[int], stop: threading.Event) -> None:
+        self.p, self.stop = rollout, stop
+        base = rollout.base
         n = base.batch_size.numel()
         self.quota = np.asarray(quotas, dtype=np.int64)
         self.completed = np.zeros(n, dtype=np.int64)
         self.returns = np.zeros(n, dtype=np.float32)  # RewardSum's float32 running sum
         self.steps = np.zeros(n, dtype=np.int64)  # StepCounter's step_count
-        self.norm = None if pipeline.t.vecnorm is None else _loc_scale(pipeline.t.vecnorm)
-        caps = [c.max_steps for c in pipeline.t.counters if c.max_steps is not None]
+        self.norm = None if rollout.t.vecnorm is None else _loc_scale(rollout.t.vecnorm)
+        caps = [c.max_steps for c in rollout.t.counters if c.max_steps is not None]
         self.cap = min(caps) if caps else None
         self.obs = np.empty((n, base.obs_dim), dtype=np.float32)  # raw observations
         self.records: list[tuple] = []  # (sub-env, ordinal, return, length, terminated, truncated)
@@ -284,7 +284,7 @@ def _loc_scale(vecnorm) -> tuple[torch.Tensor, torch.Tensor]:
     """A frozen VecNormV2's "observation" location and scale, by torchrl's own arithmetic (``VecNormV2._norm``).
 
     Computed once per round; ``(obs - loc) / scale`` then gives the transform's output bit for bit
-    (tests/test_pipeline.py checks it against the Collector with loaded statistics).
+    (tests/test_direct_rollout.py checks it against the Collector with loaded statistics).
     """
     loc, var = vecnorm._loc["observation"], vecnorm._var["observation"]
     if vecnorm.decay < 1.0:

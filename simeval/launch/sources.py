@@ -1,5 +1,9 @@
-"""``--watch DIR``: the checkpoints training writes there, each once, in step order.
+"""Where the launcher's checkpoints come from: one file (``--checkpoint``) or a directory (``--watch``).
 
+Both are a :class:`CheckpointSource`: ``take()`` hands out the next checkpoint
+(or None for "nothing now"), ``done`` says nothing more will come.
+
+``--watch DIR``: the checkpoints training writes there, each once, in step order.
 :class:`Watcher` is a generator of work: it yields each new checkpoint
 (loaded only when its turn comes) or an :class:`Unreadable` for a file that
 cannot be read, and never looks at what the consumer does with them. It is
@@ -25,8 +29,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from simeval.launch.checkpoint import Checkpoint, CheckpointError, load_checkpoint, peek_step
+from simeval.checkpoints import Checkpoint, CheckpointError, load_checkpoint, peek_step
 
 DONE_FILE = "DONE"
 SETTLE_SECONDS = 10.0
@@ -41,7 +46,52 @@ class Unreadable:
     step: int | None = None
 
 
+class CheckpointSource(Protocol):
+    """What :class:`~simeval.launch.sweep.Sweep` takes checkpoints from."""
+
+    done: bool
+    """True once no checkpoint will come any more."""
+
+    def take(self) -> Checkpoint | Unreadable | None:
+        """The next checkpoint (or an Unreadable file to record as failed), or None if there is none now."""
+
+
+class One:
+    """A source of one checkpoint (``--checkpoint``)."""
+
+    def __init__(self, ck: Checkpoint) -> None:
+        self.items, self.done = [ck], False
+
+    def take(self) -> Checkpoint | None:
+        """The checkpoint, the first time; then None, and ``done``."""
+        if not self.items:
+            self.done = True
+            return None
+        return self.items.pop()
+
+
+def checkpoint_name(path: str, watch_dir: str | None) -> str:
+    """How results.jsonl names a checkpoint: its path inside the watched directory, else its file name."""
+    return os.path.relpath(path, watch_dir) if watch_dir else os.path.basename(path)
+
+
+def check_watch_dir(directory: str) -> None:
+    """``--watch DIR`` must be an existing directory: a typo fails at once, in one line, never waits."""
+    from simeval.launch.config import ConfigError
+
+    if os.path.isdir(directory):
+        return
+    if os.path.exists(directory):
+        raise ConfigError(f"--watch {directory}: not a directory (use --checkpoint for one file).")
+    raise ConfigError(
+        f"--watch {directory}: no such directory. Check the path; if training has not created it yet, "
+        "create it (mkdir -p) or start the evaluation after training has."
+    )
+
+
 class Watcher:
+    """The checkpoints of one run directory, each once, lowest step first (see the module docstring)."""
+
     def __init__(
         self,
         directory: str,
@@ -113,7 +163,7 @@ class Watcher:
 
         Temporary files of atomic writes start with '.'.
         """
-        from simeval.launch import formats
+        from simeval.checkpoints import formats
 
         patterns = formats.module(self.format).WATCH if self.format else formats.watch_patterns()
         found = {}

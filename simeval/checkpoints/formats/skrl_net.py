@@ -15,8 +15,6 @@ from collections.abc import Sequence
 
 import torch
 
-from simeval.launch.formats.skrl import layer_indices
-
 # skrl.utils.model_instantiators.torch.common._get_activation_function's names.
 ACTIVATIONS = {
     "elu": torch.nn.ELU, "leaky_relu": torch.nn.LeakyReLU, "relu": torch.nn.ReLU, "selu": torch.nn.SELU,
@@ -36,6 +34,15 @@ _BINARY = {
     ast.Pow: operator.pow,
 }
 _TOKEN = "ACTIONS"
+
+
+def layer_indices(activations: Sequence[str | None]) -> list[int]:
+    """Indices of the Linear layers in an MLP Sequential with these hidden activations (None: no module)."""
+    out, i = [], 0
+    for activation in activations:
+        out.append(i)
+        i += 1 if activation is None else 2
+    return [*out, i]
 
 
 def parse_output(source: str) -> ast.expr:

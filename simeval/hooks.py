@@ -34,7 +34,7 @@ def worker_init(user_init: str | None = None, cuda_visible: str | None = None, *
     if cuda_visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible
     if user_init:
-        from simeval.settings import resolve_callable
+        from simeval.refs import resolve_callable
 
         call_hook(resolve_callable(user_init, "--init-fn"), **available)
 
@@ -52,7 +52,7 @@ def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, de
     """
     if importlib.util.find_spec("isaaclab") is None:
         raise RuntimeError(
-            f"--init-fn simeval.launch.hooks:isaaclab_app_launcher needs Isaac Lab, not installed in {sys.executable}: "
+            f"--init-fn simeval.hooks:isaaclab_app_launcher needs Isaac Lab, not installed in {sys.executable}: "
             "run `make isaaclab` and use .venv-isaaclab/bin/python."
         )
     kit = importlib.util.find_spec("isaacsim") is not None

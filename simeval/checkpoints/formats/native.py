@@ -9,7 +9,7 @@ WATCH = ["*.pt"]
 
 
 def recognises(path: str, raw: bytes | None, data: Any) -> bool:
-    from simeval.launch.checkpoint import FORMAT
+    from simeval.checkpoints.base import FORMAT
 
     return isinstance(data, dict) and data.get("format") == FORMAT
 
@@ -19,8 +19,8 @@ def step_of(path: str, data: Any) -> int:
 
 
 def read(path: str, raw: bytes | None, data: Any):
-    from simeval.launch.checkpoint import Checkpoint, unflatten
-    from simeval.settings import canonical_ref
+    from simeval.checkpoints.base import Checkpoint, unflatten
+    from simeval.refs import canonical_ref
 
     return Checkpoint(
         path=path,

@@ -1,4 +1,4 @@
-"""The pipelined native-env rounds give exactly the Collector's episodes, and step aside where they cannot."""
+"""The native env's direct rounds (no Collector) equal the Collector's episodes, and step aside where they cannot."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _policy(env):
 
 
 def _round(factory, *, collector: bool, weights=None, **kwargs) -> dict:
-    """One seeded round through the public API: the default pipeline, or torchrl's Collector when asked."""
+    """One seeded round through the public API: the default direct rollout, or torchrl's Collector when asked."""
     if collector:
         kwargs["collector_cls"] = "Collector"
     with Evaluator(factory, policy_factory=_policy, seed=11, keep_episodes=True, **kwargs) as ev:
@@ -46,7 +46,7 @@ def _episodes(result: dict) -> tuple:
         ("Hopper-v5", 5, 7, 100, 2),  # groups of 3 and 2, odd quotas
     ],
 )
-def test_pipelined_rounds_equal_the_collector_episode_for_episode(task, num_envs, episodes, max_steps, groups):
+def test_direct_rounds_equal_the_collector_episode_for_episode(task, num_envs, episodes, max_steps, groups):
     factory = functools.partial(make_env, task, num_envs=num_envs, obs_norm=False, groups=groups)
     fast = _round(factory, collector=False, num_trajectories=episodes, max_steps=max_steps)
     slow = _round(factory, collector=True, num_trajectories=episodes, max_steps=max_steps)
@@ -58,7 +58,7 @@ def test_pipelined_rounds_equal_the_collector_episode_for_episode(task, num_envs
         assert fast.get(f"eval/{key}") == slow.get(f"eval/{key}"), key
 
 
-def test_frozen_vecnorm_statistics_normalise_the_pipelined_observations_as_the_collector_does():
+def test_frozen_vecnorm_statistics_normalise_the_direct_rollout_observations_as_the_collector_does():
     train_env = warmed_cheetah(num_envs=4, steps=40)
     weights = {"policy": mlp_policy(seed=3), OBS_NORM_ID: vecnorm_of(train_env)}
     count = vecnorm_of(train_env)._count["observation"].clone()
@@ -80,9 +80,9 @@ def _worker(**settings) -> EvalWorker:
     return worker
 
 
-def test_the_pipeline_runs_by_default_and_the_collector_wherever_the_pipeline_cannot_reproduce_it():
+def test_the_direct_rollout_runs_by_default_and_the_collector_wherever_it_cannot_reproduce_it():
     worker = _worker()
-    assert worker._pipeline is not None
+    assert worker._direct is not None
     worker.close()
     for settings in (
         {"collector_cls": "Collector"},
@@ -91,7 +91,7 @@ def test_the_pipeline_runs_by_default_and_the_collector_wherever_the_pipeline_ca
         {"info_keys": (("x",),)},
     ):
         worker = _worker(**settings)
-        assert worker._pipeline is None, settings
+        assert worker._direct is None, settings
         worker.close()
     gym = EvalWorker(
         EvalSettings(num_trajectories=2, max_steps=5),
@@ -99,11 +99,11 @@ def test_the_pipeline_runs_by_default_and_the_collector_wherever_the_pipeline_ca
         policy_factory=_policy,
     )
     gym.build()
-    assert gym._pipeline is None
+    assert gym._direct is None
     gym.close()
 
 
-def test_shutdown_stops_a_pipelined_round_between_two_steps():
+def test_shutdown_stops_a_direct_round_between_two_steps():
     factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=16, obs_norm=False, groups=2)
     ev = Evaluator(factory, policy_factory=_policy, num_trajectories=10_000, max_steps=1000)
     ev.trigger_eval(step=1)

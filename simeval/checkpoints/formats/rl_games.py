@@ -12,7 +12,7 @@ a plain ``weights_only`` load refuses: such files are loaded again here, still
 (:func:`torch_safe_globals`).
 
 The actor is rebuilt as ``PpoPlayerContinuous.get_action(obs, is_deterministic=True)``
-computes it (see :mod:`~simeval.launch.formats.rl_games_net`). Its architecture
+computes it (see :mod:`~simeval.checkpoints.formats.rl_games_net`). Its architecture
 comes from the run's ``params/agent.yaml`` (Isaac Lab writes it beside ``nn/``,
 with the wrapper's ``clip_observations``/``clip_actions``) when there is one,
 else from the weights, with ``elu`` (the activation of rl_games' continuous
@@ -34,7 +34,7 @@ NAME = "rl_games"
 # Periodic saves only: the max_epochs save ("_rew__<r>_") repeats the last periodic epoch when max_epochs is a
 # multiple of save_frequency, and the best <name>.pth is rewritten in place with other epochs.
 WATCH = ["nn/last_*_ep_*_rew_[!_]*.pth", "last_*_ep_*_rew_[!_]*.pth"]
-FACTORY = "simeval.launch.formats.rl_games:actor"
+FACTORY = "simeval.checkpoints.formats.rl_games:actor"
 COMPILED = "_orig_mod."  # torch.compile's OptimizedModule prefix; rl_games' own loader strips it too
 _EPOCH = re.compile(r"_ep_(\d+)_")
 _MLP = re.compile(r"^a2c_network\.actor_mlp\.(\d+)\.weight$")
@@ -70,8 +70,8 @@ def step_of(path: str, data: Any) -> int:
 def read(path: str, raw: bytes | None, data: Any):
     """A Checkpoint for rl_games' saved dict ``data`` (read from ``path``)."""
     global _last
-    from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
-    from simeval.launch.formats.yaml_params import run_params
+    from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
+    from simeval.checkpoints.formats.yaml_params import run_params
 
     data = _data(path, raw, data)
     if not recognises(path, raw, data):
@@ -112,7 +112,7 @@ def read(path: str, raw: bytes | None, data: Any):
 
 def _from_weights(path: str, state: dict) -> dict:
     """units, obs_dim and action_dim from the state's shapes; a CheckpointError for a layout not supported."""
-    from simeval.launch.checkpoint import CheckpointError
+    from simeval.checkpoints.base import CheckpointError
 
     for prefix, what in _UNSUPPORTED.items():
         if any(k.startswith(prefix) for k in state):
@@ -134,7 +134,7 @@ def _from_weights(path: str, state: dict) -> dict:
 
 def _from_agent_yaml(path: str, agent: dict, weights_units: list[int], has_norm: bool) -> dict:
     """kwargs from the rl_games ``params:`` config; a CheckpointError when it and the weights disagree."""
-    from simeval.launch.checkpoint import CheckpointError
+    from simeval.checkpoints.base import CheckpointError
 
     source = agent["__path__"]
     params = agent.get("params", agent)
@@ -196,8 +196,8 @@ def actor(
     import torch
     from tensordict.nn import TensorDictModule
 
-    from simeval.launch.formats.rl_games_net import RlGamesActor
-    from simeval.launch.policies import stamp
+    from simeval.checkpoints.formats.rl_games_net import RlGamesActor
+    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

@@ -36,10 +36,13 @@ import re
 import zipfile
 from typing import Any
 
+from simeval.checkpoints.formats.sb3_vecnormalize import CALLBACK_STEPS, error
+from simeval.checkpoints.formats.sb3_vecnormalize import find as find_vecnormalize
+from simeval.checkpoints.formats.sb3_vecnormalize import read as read_vecnormalize
+
 NAME = "sb3"
 WATCH = ["*.zip"]  # model.save(<name>) and CheckpointCallback's <prefix>_<N>_steps.zip
-FACTORY = "simeval.launch.formats.sb3:actor"
-_STEPS = re.compile(r"^(?P<prefix>.*)_(?P<step>\d+)_steps\.zip$")  # CheckpointCallback's names
+FACTORY = "simeval.checkpoints.formats.sb3:actor"
 _MAX_MEMBER = 1 << 30  # bytes: a zip member beyond this is not a policy
 _FAMILY = {"ActorCriticPolicy": "ppo", "SACPolicy": "sac", "TD3Policy": "td3"}  # MlpPolicy of each algorithm
 _DEFAULT_ACTIVATION = {"ppo": "Tanh", "sac": "ReLU", "td3": "ReLU"}
@@ -67,7 +70,7 @@ def recognises(path: str, raw: bytes | None, data: Any) -> bool:
 
 def step_of(path: str, data: Any) -> int:
     """The step in CheckpointCallback's file name, else ``num_timesteps`` from the zip's JSON."""
-    found = _STEPS.match(os.path.basename(path))
+    found = CALLBACK_STEPS.match(os.path.basename(path))
     if found:
         return int(found["step"])
     with _open_zip(path, None) as z:
@@ -76,16 +79,16 @@ def step_of(path: str, data: Any) -> int:
 
 def read(path: str, raw: bytes | None, data: Any):
     """A Checkpoint for the SB3 zip at ``path`` (``raw``: its bytes)."""
-    from simeval.launch.checkpoint import Checkpoint, unflatten
+    from simeval.checkpoints.base import Checkpoint, unflatten
 
     try:
         with _open_zip(path, raw) as z:
             if not {"data", "policy.pth"} <= set(z.namelist()):
-                raise _error(path, "not a Stable-Baselines3 zip (it has no data and policy.pth)")
+                raise error(path, "not a Stable-Baselines3 zip (it has no data and policy.pth)")
             saved = _json(path, z)
             state = _state_dict(path, z)
     except zipfile.BadZipFile as exc:
-        raise _error(path, f"not a readable Stable-Baselines3 zip ({exc})") from None
+        raise error(path, f"not a readable Stable-Baselines3 zip ({exc})") from None
     family, algorithm = _family(path, state, saved)
     hidden, obs_dim, act_dim = _layers(path, family, state)
     low, high = _check_spaces(path, saved, obs_dim, act_dim)
@@ -102,10 +105,9 @@ def read(path: str, raw: bytes | None, data: Any):
         "obs_norm": None,
     }
     weights = {"module/" + k.replace(".", "/"): v for k, v in state.items() if k.startswith(_ACTOR_PREFIXES[family])}
-    from simeval.launch.formats import sb3_vecnormalize
 
-    stats_path = sb3_vecnormalize.find(path, family, saved)
-    stats = sb3_vecnormalize.read(stats_path, obs_dim) if stats_path else None
+    stats_path = find_vecnormalize(path, family, saved)
+    stats = read_vecnormalize(stats_path, obs_dim) if stats_path else None
     if stats is not None:
         import torch
 
@@ -146,8 +148,8 @@ def actor(
     """SB3's deterministic actor (``predict(deterministic=True)``) as an ``observation -> action`` module."""
     from tensordict.nn import TensorDictModule
 
-    from simeval.launch.formats.sb3_net import SB3Actor
-    from simeval.launch.policies import stamp
+    from simeval.checkpoints.formats.sb3_net import SB3Actor
+    from simeval.policies import stamp
 
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec
     env_obs, env_act = env.observation_spec["observation"].shape[-1], spec.shape[-1]
@@ -174,19 +176,13 @@ def actor(
 
 
 # -- the zip ----------------------------------------------------------------------------------------------------------
-def _error(path: str, problem: str):
-    from simeval.launch.checkpoint import CheckpointError
-
-    return CheckpointError(f"{path}: {problem}.")
-
-
 def _open_zip(path: str, raw: bytes | None) -> zipfile.ZipFile:
     return zipfile.ZipFile(io.BytesIO(raw) if raw is not None else path)
 
 
 def _member(path: str, z: zipfile.ZipFile, name: str) -> bytes:
     if z.getinfo(name).file_size > _MAX_MEMBER:
-        raise _error(path, f"its {name} is larger than {_MAX_MEMBER >> 20} MiB: not a Stable-Baselines3 policy")
+        raise error(path, f"its {name} is larger than {_MAX_MEMBER >> 20} MiB: not a Stable-Baselines3 policy")
     return z.read(name)
 
 
@@ -194,9 +190,9 @@ def _json(path: str, z: zipfile.ZipFile) -> dict:
     try:
         out = json.loads(_member(path, z, "data"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _error(path, f"its data member is not JSON ({exc})") from None
+        raise error(path, f"its data member is not JSON ({exc})") from None
     if not isinstance(out, dict) or not isinstance(out.get("num_timesteps"), int):
-        raise _error(path, "its data member has no num_timesteps: not a Stable-Baselines3 model")
+        raise error(path, "its data member has no num_timesteps: not a Stable-Baselines3 model")
     return out
 
 
@@ -208,11 +204,11 @@ def _state_dict(path: str, z: zipfile.ZipFile) -> dict:
     except pickle.UnpicklingError as exc:
         found = re.search(r"GLOBAL ([\w.]+)", str(exc))
         what = f"it references {found.group(1)}" if found else "it holds objects other than tensors"
-        raise _error(path, f"refused to load policy.pth: {what} (only tensors and plain data are allowed)") from None
+        raise error(path, f"refused to load policy.pth: {what} (only tensors and plain data are allowed)") from None
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt member
-        raise _error(path, f"policy.pth is not a readable torch file ({type(exc).__name__})") from None
+        raise error(path, f"policy.pth is not a readable torch file ({type(exc).__name__})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise _error(path, "policy.pth is not a state_dict of tensors")
+        raise error(path, "policy.pth is not a state_dict of tensors")
     return state
 
 
@@ -226,15 +222,15 @@ def _family(path: str, state: dict, saved: dict) -> tuple[str, str]:
         delay = saved.get("policy_delay")
         family, algorithm = "td3", "TD3" if isinstance(delay, int) and delay > 1 else "DDPG"
     else:
-        raise _error(path, "no actor simeval knows in policy.pth (PPO/A2C, SAC, TD3/DDPG MlpPolicy)")
+        raise error(path, "no actor simeval knows in policy.pth (PPO/A2C, SAC, TD3/DDPG MlpPolicy)")
     cls = _policy_class(saved)
     if cls is not None and _FAMILY.get(cls) != family:
-        raise _error(path, f"a {cls}: simeval reads MlpPolicy (Box observations, an MLP) only")
+        raise error(path, f"a {cls}: simeval reads MlpPolicy (Box observations, an MLP) only")
     if family == "sac" and saved.get("use_sde"):
-        raise _error(path, "SAC with gSDE (use_sde=True) is not supported: train without use_sde")
+        raise error(path, "SAC with gSDE (use_sde=True) is not supported: train without use_sde")
     unknown = sorted(k for k in state if not k.startswith(_KNOWN_PREFIXES[family]))
     if unknown:
-        raise _error(path, f"unexpected parameters {unknown[:3]} (a features extractor?): only MlpPolicy is supported")
+        raise error(path, f"unexpected parameters {unknown[:3]} (a features extractor?): only MlpPolicy is supported")
     return family, algorithm
 
 
@@ -253,11 +249,11 @@ def _layers(path: str, family: str, state: dict) -> tuple[list[int], int, int]:
     head = {"ppo": "action_net.weight", "sac": "actor.mu.weight"}.get(family)
     keys = [k for _, k in found] + ([head] if head else [])
     if not keys or [i for i, _ in found] != list(range(0, 2 * len(found), 2)):
-        raise _error(path, f"unexpected actor layout {[k for _, k in found]}: not SB3's MLP (Linear, activation, ...)")
+        raise error(path, f"unexpected actor layout {[k for _, k in found]}: not SB3's MLP (Linear, activation, ...)")
     shapes = [tuple(state[k].shape) for k in keys]
     for (n_out, _), (_, n_in) in zip(shapes[:-1], shapes[1:], strict=True):
         if n_out != n_in:
-            raise _error(path, f"actor layers do not chain ({shapes}): a corrupt policy.pth")
+            raise error(path, f"actor layers do not chain ({shapes}): a corrupt policy.pth")
     return [s[0] for s in shapes[:-1]], shapes[0][1], shapes[-1][0]
 
 
@@ -265,9 +261,9 @@ def _box(path: str, saved: dict, key: str, size: int) -> dict:
     space = saved.get(key)
     if not isinstance(space, dict) or "spaces.box.Box" not in str(space.get(":type:")):
         kind = space.get(":type:") if isinstance(space, dict) else None
-        raise _error(path, f"its {key} is {kind or 'not readable'}: simeval reads Box spaces only")
+        raise error(path, f"its {key} is {kind or 'not readable'}: simeval reads Box spaces only")
     if space.get("_shape") != [size]:
-        raise _error(path, f"its {key} has shape {space.get('_shape')}, the network {size}: only flat Box spaces")
+        raise error(path, f"its {key} has shape {space.get('_shape')}, the network {size}: only flat Box spaces")
     return space
 
 
@@ -277,7 +273,7 @@ def _check_spaces(path: str, saved: dict, obs_dim: int, act_dim: int) -> tuple[l
     space = _box(path, saved, "action_space", act_dim)
     bounds = [_floats(space.get(k)) for k in ("low", "high")]
     if any(b is None or len(b) != act_dim for b in bounds):
-        raise _error(path, f"cannot read the action bounds {space.get('low')!r}, {space.get('high')!r}")
+        raise error(path, f"cannot read the action bounds {space.get('low')!r}, {space.get('high')!r}")
     return bounds[0], bounds[1]
 
 
@@ -297,7 +293,7 @@ def _kwarg(policy_kwargs: Any, name: str) -> Any:
 
 def _activation(path: str, family: str, algorithm: str, policy_kwargs: Any) -> tuple[str, str]:
     """(torch.nn class name, where it came from), from ``policy_kwargs["activation_fn"]`` or the default."""
-    from simeval.launch.formats.sb3_net import ACTIVATIONS
+    from simeval.checkpoints.formats.sb3_net import ACTIVATIONS
 
     text = _kwarg(policy_kwargs, "activation_fn")
     if text is None:
@@ -305,7 +301,7 @@ def _activation(path: str, family: str, algorithm: str, policy_kwargs: Any) -> t
         return name, f"layer sizes from the weights; activation {algorithm}'s default ({name})"
     found = re.fullmatch(r"<class 'torch\.nn\.modules\.activation\.(\w+)'>", str(text))
     if not found or found.group(1) not in ACTIVATIONS:
-        raise _error(path, f"activation_fn {text} is not one simeval rebuilds (torch.nn: {', '.join(ACTIVATIONS)})")
+        raise error(path, f"activation_fn {text} is not one simeval rebuilds (torch.nn: {', '.join(ACTIVATIONS)})")
     return found.group(1), f"layer sizes from the weights; activation {found.group(1)} from policy_kwargs"
 
 
@@ -315,10 +311,10 @@ def _check_net_arch(path: str, policy_kwargs: Any, hidden: list[int]) -> None:
     if isinstance(arch, dict):
         arch = arch.get("pi")
     if isinstance(arch, list) and all(isinstance(n, int) for n in arch) and arch != hidden:
-        raise _error(path, f"policy_kwargs say net_arch {arch}, the weights have hidden layers {hidden}")
+        raise error(path, f"policy_kwargs say net_arch {arch}, the weights have hidden layers {hidden}")
     extractor = _kwarg(policy_kwargs, "features_extractor_class")
     if extractor is not None and "FlattenExtractor" not in str(extractor):
-        raise _error(path, f"features_extractor_class {extractor}: only MlpPolicy's FlattenExtractor is supported")
+        raise error(path, f"features_extractor_class {extractor}: only MlpPolicy's FlattenExtractor is supported")
 
 
 def _check_bounds(spec, low: list[float], high: list[float]) -> None:

@@ -46,7 +46,7 @@ def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
         distribution_kwargs={**_bounds(spec), "tanh_loc": False},
         return_log_prob=True,
     )
-    return stamp(actor, "simeval.launch.policies:gaussian_actor", {"hidden": list(hidden)})
+    return stamp(actor, "simeval.policies:gaussian_actor", {"hidden": list(hidden)})
 
 
 def _bounds(spec) -> dict:
@@ -72,10 +72,17 @@ def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
         torch.nn.Tanh(),
     )
     policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
-    return stamp(policy, "simeval.launch.policies:mlp_policy", {"hidden": list(hidden)})
+    return stamp(policy, "simeval.policies:mlp_policy", {"hidden": list(hidden)})
 
 
-DEFAULT_FACTORY = "simeval.launch.policies:gaussian_actor"
+DEFAULT_FACTORY = "simeval.policies:gaussian_actor"
+
+
+def build_policy(factory: str, kwargs: dict, env):
+    """The policy ``factory`` (a ``"module:function"`` reference, old module names included) builds for ``env``."""
+    from simeval.refs import resolve_callable
+
+    return resolve_callable(factory, "--policy")(env, **kwargs)
 
 
 def factory_of(policy) -> tuple[str, dict[str, Any]] | None:

@@ -15,7 +15,15 @@ import pickle
 import re
 from typing import Any
 
-from simeval.launch.formats.sb3 import _STEPS, _error
+from simeval.checkpoints.base import CheckpointError
+
+CALLBACK_STEPS = re.compile(r"^(?P<prefix>.*)_(?P<step>\d+)_steps\.zip$")  # CheckpointCallback's names
+
+
+def error(path: str, problem: str) -> CheckpointError:
+    """The one-line CheckpointError for ``path`` (shared with sb3.py)."""
+    return CheckpointError(f"{path}: {problem}.")
+
 
 VECNORMALIZE_ENV = "SIMEVAL_SB3_VECNORMALIZE"
 NPZ_HINT = (
@@ -29,11 +37,11 @@ def find(path: str, family: str, saved: dict) -> str | None:
     pointed = os.environ.get(VECNORMALIZE_ENV)
     if pointed:
         if not os.path.isfile(pointed):
-            raise _error(path, f"${VECNORMALIZE_ENV} names {pointed}, which does not exist")
+            raise error(path, f"${VECNORMALIZE_ENV} names {pointed}, which does not exist")
         return pointed
     directory = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
-    steps = _STEPS.match(name)
+    steps = CALLBACK_STEPS.match(name)
     if steps:
         stem = f"{steps['prefix']}_vecnormalize_{steps['step']}_steps"
         for ext in (".npz", ".pkl"):
@@ -42,7 +50,7 @@ def find(path: str, family: str, saved: dict) -> str | None:
         siblings = glob.escape(steps["prefix"]) + "_vecnormalize_*_steps.*"
         others = glob.glob(os.path.join(glob.escape(directory), siblings))
         if others:
-            raise _error(
+            raise error(
                 path,
                 f"the run saved VecNormalize statistics with its checkpoints ({os.path.basename(sorted(others)[0])}) "
                 f"but {stem}.pkl is missing: copy it beside the zip or name one with ${VECNORMALIZE_ENV}",
@@ -54,7 +62,7 @@ def find(path: str, family: str, saved: dict) -> str | None:
                 if os.path.isfile(candidate):
                     return candidate
     if family == "ppo" and saved.get("_last_original_obs") is not None:
-        raise _error(
+        raise error(
             path,
             "it was trained under VecNormalize (its data has _last_original_obs) but no statistics are beside it: "
             f"save them as vecnormalize.pkl (VecNormalize.save) or .npz, or name the file with ${VECNORMALIZE_ENV}",
@@ -69,18 +77,18 @@ def read(stats_path: str, obs_dim: int) -> dict | None:
     try:
         stats = _npz_stats(stats_path) if stats_path.endswith(".npz") else _pickle_stats(stats_path)
     except _Refused as exc:
-        raise _error(stats_path, f"refused to read VecNormalize statistics: {exc}; {NPZ_HINT}") from None
+        raise error(stats_path, f"refused to read VecNormalize statistics: {exc}; {NPZ_HINT}") from None
     except OSError as exc:
-        raise _error(stats_path, f"cannot read VecNormalize statistics ({exc.strerror or exc})") from None
+        raise error(stats_path, f"cannot read VecNormalize statistics ({exc.strerror or exc})") from None
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt file, wrong keys or types
         what = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        raise _error(stats_path, f"not readable VecNormalize statistics ({what}); {NPZ_HINT}") from None
+        raise error(stats_path, f"not readable VecNormalize statistics ({what}); {NPZ_HINT}") from None
     if stats is None:
         return None
     for key in ("mean", "var"):
         stats[key] = np.asarray(stats[key], dtype=np.float64)
         if stats[key].shape != (obs_dim,) or not np.isfinite(stats[key]).all():
-            raise _error(stats_path, f"VecNormalize {key} has shape {stats[key].shape}, the policy takes ({obs_dim},)")
+            raise error(stats_path, f"VecNormalize {key} has shape {stats[key].shape}, the policy takes ({obs_dim},)")
     return stats
 
 

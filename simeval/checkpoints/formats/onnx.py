@@ -5,7 +5,7 @@ env and source are in the model's ``metadata_props``) and single-input,
 single-output policies exported elsewhere, e.g. rsl_rl's ``policy.onnx``
 (input ``obs``, output ``actions``, normaliser inside). The graph is the
 policy: ``Checkpoint.policy`` carries the file's bytes (as the extra state of
-:class:`~simeval.launch.formats.onnx_net.OnnxPolicy`), so every ONNX file of
+:class:`~simeval.checkpoints.formats.onnx_net.OnnxPolicy`), so every ONNX file of
 one env shares one evaluation plan (``--watch``) and a worker evaluates
 exactly the bytes whose sha256 is recorded. Protobuf parsing runs no code;
 weights in external files are refused.
@@ -17,7 +17,7 @@ from typing import Any
 
 NAME = "onnx"
 WATCH = ["*.onnx"]
-FACTORY = "simeval.launch.formats.onnx:actor"
+FACTORY = "simeval.checkpoints.formats.onnx:actor"
 MODEL_KEY = "model"  # OnnxPolicy's extra state: the ONNX file's bytes as a uint8 tensor
 
 # metadata_props written by simeval.export and read back here.
@@ -55,7 +55,7 @@ def read(path: str, raw: bytes | None, data: Any):
     import torch
     from tensordict import TensorDict
 
-    from simeval.launch.checkpoint import Checkpoint, CheckpointError
+    from simeval.checkpoints.base import Checkpoint, CheckpointError
 
     raw = _read(path) if raw is None else raw
     model = _parse(path, raw)
@@ -90,7 +90,7 @@ def io_dims(model, path: str) -> tuple[int, int]:
     """(observation features, action dims) of a one-input, one-output policy graph; CheckpointError otherwise."""
     from onnx import TensorProto
 
-    from simeval.launch.checkpoint import CheckpointError
+    from simeval.checkpoints.base import CheckpointError
 
     graph = model.graph
     initialisers = {t.name for t in graph.initializer}
@@ -120,8 +120,8 @@ def actor(env, path: str | None = None):
     """
     from tensordict.nn import TensorDictModule
 
-    from simeval.launch.formats.onnx_net import OnnxPolicy
-    from simeval.launch.policies import stamp
+    from simeval.checkpoints.formats.onnx_net import OnnxPolicy
+    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

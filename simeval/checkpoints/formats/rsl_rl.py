@@ -19,7 +19,7 @@ from typing import Any
 
 NAME = "rsl_rl"
 WATCH = ["model_*.pt"]  # OnPolicyRunner.save: <log_dir>/model_<iteration>.pt
-FACTORY = "simeval.launch.formats.rsl_rl:actor"
+FACTORY = "simeval.checkpoints.formats.rsl_rl:actor"
 _LINEAR = re.compile(r"^mlp\.(\d+)\.weight$")
 
 
@@ -33,8 +33,8 @@ def step_of(path: str, data: Any) -> int:
 
 def read(path: str, raw: bytes | None, data: Any):
     """A Checkpoint for rsl_rl's saved dict ``data`` (read from ``path``)."""
-    from simeval.launch.checkpoint import Checkpoint, CheckpointError, unflatten
-    from simeval.launch.formats.yaml_params import run_params
+    from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
+    from simeval.checkpoints.formats.yaml_params import run_params
 
     if not recognises(path, raw, data):
         raise CheckpointError(f"{path}: not an rsl_rl checkpoint (no actor_state_dict and iter).")
@@ -97,8 +97,8 @@ def actor(
     """rsl_rl's MLP actor in inference mode: ``observation -> [normalise] -> MLP -> mean [-> clip]``."""
     from tensordict.nn import TensorDictModule
 
-    from simeval.launch.formats.rsl_rl_net import RslRlActor
-    from simeval.launch.policies import stamp
+    from simeval.checkpoints.formats.rsl_rl_net import RslRlActor
+    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

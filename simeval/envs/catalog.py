@@ -1,0 +1,72 @@
+"""Which env ids simeval builds, and on which backend: checked before any worker starts.
+
+Kept free of NumPy, torch and MuJoCo imports, so that the launcher and
+``simeval.export`` can check a name (and ``import simeval.envs`` stays light).
+"""
+
+from __future__ import annotations
+
+# What backend="native" runs (simeval.envs.mujoco_tasks.TASKS).
+NATIVE_TASKS = (
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Walker2d-v5",
+    "Ant-v5",
+    "InvertedPendulum-v5",
+    "Humanoid-v5",
+)
+# gymnasium's MuJoCo v5 tasks named in error messages; the last two run on the gymnasium backend only.
+MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
+# What backend="warp" runs: the tasks that observe and reward qpos and qvel only. Not Humanoid (MuJoCo
+# Warp has no PGS solver) nor Ant (mujoco_warp 4.0.0 orients a steep capsule's friction pyramid on the
+# floor unlike MuJoCo, so Ant's feet slide differently: an O(1) difference, not float32 rounding).
+WARP_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "InvertedPendulum-v5")
+ENV_BACKENDS = ("native", "gymnasium", "warp")
+
+
+def env_backend(name: str, backend: str | None = None) -> str:
+    """The backend ``make_env`` uses for ``name``: ``backend`` checked, or native where it has the task."""
+    if backend not in (None, *ENV_BACKENDS):
+        raise ValueError(
+            f"unknown backend {backend!r}: choose 'native', 'gymnasium' or 'warp' (or None for the default)."
+        )
+    if backend == "native" and name not in NATIVE_TASKS:
+        raise ValueError(
+            f"backend='native' has no {name!r} (it runs {', '.join(NATIVE_TASKS)}): use backend='gymnasium'."
+        )
+    if backend == "warp" and name not in WARP_TASKS:
+        raise ValueError(f"backend='warp' has no {name!r}: it runs {', '.join(WARP_TASKS)}.")
+    return backend or ("native" if name in NATIVE_TASKS else "gymnasium")
+
+
+def check_env(name: str, backend: str | None = None) -> str:
+    """The env backend that will run ``name`` (isaaclab, native, gymnasium or warp).
+
+    A one-line ValueError naming the env if none can.
+    """
+    if name.startswith("isaaclab:"):
+        check_isaaclab_task(name.split(":", 1)[1])
+        return "isaaclab"
+    import gymnasium
+
+    if name not in gymnasium.registry:
+        raise ValueError(
+            f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>."
+        )
+    return env_backend(name, backend)
+
+
+def check_isaaclab_task(task: str) -> None:
+    """Isaac Lab installed and ``task`` registered, checked before any worker starts.
+
+    With Isaac Sim installed, importing Isaac Lab's tasks here would come
+    before the simulation app: only the installation is checked then.
+    """
+    import importlib.util
+
+    from simeval.envs import isaaclab
+
+    if importlib.util.find_spec("isaacsim") is not None:
+        isaaclab.check_installed()
+    else:
+        isaaclab.check_task(task)

@@ -1,0 +1,115 @@
+"""How workers build what a plan names: env and policy factories, placement, the Evaluator.
+
+The factories are module-level functions bound with ``functools.partial``, so
+they pickle by reference for process and Ray workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from simeval.launch.config import LaunchConfig
+from simeval.launch.plan import EvalPlan
+from simeval.policies import build_policy
+
+
+def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:
+    """(CUDA_VISIBLE_DEVICES for the worker, device inside it).
+
+    A process worker sees only the GPU it was given and calls it cuda:0, so
+    evaluation never touches the training GPU. Ray sets the variable itself.
+    """
+    if backend == "process" and device and device.startswith("cuda:"):
+        return device.split(":", 1)[1], "cuda:0"
+    return None, device
+
+
+def build_env(
+    name: str,
+    max_steps: int | None,
+    device: str | None,
+    obs_norm: bool,
+    video_dir: str | None,
+    backend: str | None = None,
+    *,
+    num_envs: int,
+):
+    from simeval.envs import make_env
+
+    if name.startswith("isaaclab:"):  # no MuJoCo rendering or env backend there
+        return make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm)
+    if video_dir:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
+    env = make_env(
+        name,
+        num_envs=num_envs,
+        max_steps=max_steps,
+        device=device,
+        obs_norm=obs_norm,
+        render=bool(video_dir),
+        backend=backend,
+    )
+    if video_dir:
+        from simeval.launch.video import EpisodeVideo
+
+        env.append_transform(EpisodeVideo(video_dir))
+    return env
+
+
+def make_evaluator(
+    cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str, num_workers: int = 1
+):
+    """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results.
+
+    ``num_workers`` Ray workers split each round (the env factory takes ``num_envs=``: its share).
+    """
+    cuda_visible, device = placement(cfg.device, cfg.backend)
+    init_fn = None
+    if cfg.backend != "thread" and (cfg.init_fn or cuda_visible):
+        from simeval.hooks import worker_init
+
+        init_fn = functools.partial(
+            worker_init, user_init=cfg.init_fn, cuda_visible=cuda_visible, argv=extra, video=cfg.video, device=device
+        )
+    video_dir = os.path.abspath(os.path.join(out, "videos")) if cfg.video else None
+    if cfg.backend == "thread" and device in (None, "cpu"):
+        import torch
+
+        # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
+        # intra-op thread, leaving the cores to the batched simulator's own threads.
+        torch.set_num_threads(1)
+    from simeval import Evaluator
+
+    return Evaluator(
+        functools.partial(
+            build_env, plan.env, cfg.max_steps, device, plan.obs_norm, video_dir, cfg.env_backend, num_envs=cfg.num_envs
+        ),
+        policy_factory=functools.partial(build_policy, plan.policy_factory, dict(plan.policy_kwargs)),
+        num_trajectories=cfg.episodes,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed,
+        device=device,
+        backend=cfg.backend,
+        init_fn=init_fn,
+        num_gpus=cfg.num_gpus,
+        ray_kwargs=_ray_kwargs(cfg),
+        num_workers=num_workers,
+        max_restarts=cfg.max_restarts,
+        start_timeout=cfg.start_timeout,
+        keep_episodes=True,
+        results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
+        results_context=record_context(cfg, plan, env_backend),
+        info_keys=cfg.info_keys,
+    )
+
+
+def _ray_kwargs(cfg: LaunchConfig) -> dict | None:
+    if cfg.backend != "ray":
+        return None
+    return {"num_cpus": cfg.num_cpus, **({"name": cfg.serve} if cfg.serve else {})}
+
+
+def record_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:
+    """What every results.jsonl line of this run says about where and how it was evaluated."""
+    return {"backend": cfg.backend, "env": plan.env, "env_backend": env_backend}

@@ -1,0 +1,47 @@
+"""``"module:function"`` references (policy factories, init hooks) and the names that moved.
+
+Checkpoints record their policy factory and profiles name their init hook as
+such a string; those written by earlier versions name modules that have since
+moved, and keep resolving through :data:`MOVED_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+# Old module name -> current one. Checkpoints and profiles written before a move still name the old module.
+MOVED_MODULES = {
+    "simeval.launch.policies": "simeval.policies",
+    "simeval.init": "simeval.hooks",
+    "simeval.launch.hooks": "simeval.hooks",
+}
+# Old package prefix -> current one (every reader module moved with its package).
+MOVED_PACKAGES = {"simeval.launch.formats.": "simeval.checkpoints.formats."}
+
+
+def canonical_ref(ref: str) -> str:
+    """A ``module:function`` reference under its current module name."""
+    module_name, sep, attr = ref.partition(":")
+    module_name = MOVED_MODULES.get(module_name, module_name)
+    for old, new in MOVED_PACKAGES.items():
+        if module_name.startswith(old):
+            module_name = new + module_name[len(old) :]
+    return module_name + sep + attr
+
+
+def resolve_callable(ref: str | Callable, what: str) -> Callable:
+    """Turn ``"package.module:function"`` into the function it names."""
+    if callable(ref):
+        return ref
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise ValueError(f"{what} must be a callable or a 'module:function' string, got {ref!r}.")
+    module_name, attr = canonical_ref(ref).split(":")
+    module = importlib.import_module(module_name)
+    try:
+        fn = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{what} {ref!r}: module {module_name!r} has no attribute {attr!r}.") from None
+    if not callable(fn):
+        raise ValueError(f"{what} {ref!r} is not callable.")
+    return fn
