@@ -61,7 +61,7 @@ class Evaluator:
     ``info_keys`` (keys relative to "next", e.g. ``["success"]``) are read at
     each episode's last step and reported as their means over the episodes,
     beside ``terminated_fraction`` / ``truncated_fraction`` and the env's
-    ``("next", "log")`` entries (see ``simeval.episode_ends``).
+    ``("next", "log")`` entries (see ``simeval.worker.episode_ends``).
     """
 
     def __init__(

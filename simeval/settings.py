@@ -69,7 +69,7 @@ class EvalSettings:
     env renders (``render_mode == "rgb_array"``); ``results_path`` makes the
     worker append each result there, with ``results_context`` added to the line.
     ``info_keys`` are nested keys relative to "next" (``("success",)``) read at
-    each episode's last step (see ``simeval.episode_ends``).
+    each episode's last step (see ``simeval.worker.episode_ends``).
     """
 
     num_trajectories: int | None = 10

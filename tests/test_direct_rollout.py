@@ -12,7 +12,7 @@ from helpers import cheetah, mlp_policy, vecnorm_of, warmed_cheetah
 from simeval import EvalError, Evaluator
 from simeval.envs import OBS_NORM_ID, make_env
 from simeval.settings import EvalSettings
-from simeval.worker import EvalWorker
+from simeval.worker.eval_worker import EvalWorker
 
 pytestmark = pytest.mark.required
 

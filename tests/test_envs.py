@@ -7,7 +7,7 @@ import torch
 from torchrl.envs.transforms import RewardSum, StepCounter, VecNormV2
 
 from simeval.envs import OBS_NORM_ID, make_env
-from simeval.vecnorm import iter_transforms
+from simeval.worker.vecnorm import iter_transforms
 
 TASKS = {
     "HalfCheetah-v5": (17, 6),

@@ -17,7 +17,7 @@ from helpers import episode_ends, mlp_policy, probed_env
 from simeval import EvalError, Evaluator
 from simeval.metrics import end_metrics
 from simeval.policies import gaussian_actor
-from simeval.rollout import EpisodeTally
+from simeval.worker.rollout import EpisodeTally
 
 
 def _evaluate(env_fn, policy_factory, **kwargs):

@@ -324,7 +324,7 @@ RENDER = textwrap.dedent(
     """
     import numpy as np
     from simeval.envs import make_env
-    from simeval.frames import render_first
+    from simeval.worker.frames import render_first
 
     frames = {}
     for backend in ("native", "gymnasium"):

@@ -79,7 +79,7 @@ class WorkerHost:
             import pickle
 
             settings, env_factory, policy_factory = pickle.loads(setup["payload"])
-            from simeval.worker import EvalWorker
+            from simeval.worker.eval_worker import EvalWorker
 
             self.worker = EvalWorker(settings, env_factory=env_factory, policy_factory=policy_factory)
             self.worker.owns_process = True

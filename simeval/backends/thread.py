@@ -12,7 +12,7 @@ from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancell
 from simeval.errors import Cancelled, EvalError
 from simeval.settings import RoundOverrides
 from simeval.weights import LocalStaging
-from simeval.worker import EvalWorker
+from simeval.worker.eval_worker import EvalWorker
 
 
 class ThreadBackend(Backend):

@@ -62,7 +62,7 @@ def make_env(
             across sub-envs (so they do not depend on ``num_envs``). An eval
             worker freezes it and needs the training statistics (``weights_dict``).
         render: make sub-env 0 renderable (240x240 RGB frames from the
-            "track" camera, for ``simeval.frames``). The gymnasium backend then
+            "track" camera, for ``simeval.worker.frames``). The gymnasium backend then
             builds its sub-envs with ``render_mode="rgb_array"``; the native
             env renders only when its ``render()`` is called, either way.
         backend: ``"native"``, ``"gymnasium"`` or ``"warp"`` (MuJoCo Warp, ``WARP_TASKS``,

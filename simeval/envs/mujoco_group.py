@@ -3,7 +3,7 @@
 :class:`~simeval.envs.mujoco.MujocoBatchEnv` keeps its sub-envs in one or two
 groups. Stepping a group is one C call with the GIL released, so while one
 group's physics runs on the batch's threads, Python can run the policy on the
-other group's observations (:mod:`simeval.direct_rollout`). Each simulation is
+other group's observations (:mod:`simeval.worker.direct_rollout`). Each simulation is
 independent, so the grouping changes no number: a sub-env's physics, noise and
 outputs are the same in a group of any size.
 """

@@ -1,6 +1,6 @@
 """``--video``: an MP4 of the first episode of each evaluation round, rendered headless.
 
-Frames of sub-env 0's first episode (``simeval.frames.EpisodeFrames``) stream
+Frames of sub-env 0's first episode (``simeval.worker.frames.EpisodeFrames``) stream
 into a temporary MP4 (no frame is kept in memory); ``dump(step=...)``, which
 the worker calls after every round, moves it to ``<video_dir>/step_<step>.mp4``.
 Nothing renders unless asked. ``MUJOCO_GL=egl`` (GPU or Mesa) by default, or ``osmesa``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from simeval.frames import EpisodeFrames
+from simeval.worker.frames import EpisodeFrames
 
 
 class EpisodeVideo(EpisodeFrames):

@@ -32,7 +32,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from simeval.errors import Cancelled
-from simeval.rollout import Episodes
+from simeval.worker.rollout import Episodes
 
 
 @dataclass

@@ -22,13 +22,14 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from simeval import direct_rollout, metrics, vecnorm
-from simeval.frames import FrameBuffer, can_render
-from simeval.rollout import Episodes, StoppablePolicy, run_round
-from simeval.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
+from simeval import metrics
 from simeval.settings import EvalSettings, RoundOverrides
 from simeval.shards import Shard, sub_env_seed
 from simeval.weights import load_weights, resolve_model
+from simeval.worker import direct_rollout, vecnorm
+from simeval.worker.frames import FrameBuffer, can_render
+from simeval.worker.rollout import Episodes, StoppablePolicy, run_round
+from simeval.worker.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
 
 
 def _collector_cls(cls_or_name):
@@ -308,7 +309,7 @@ class EvalWorker:
             return self._collector_round(quotas, seed)
 
     def _collector_round(self, quotas: list[int], seed: int | None) -> Episodes:
-        """The round stepped by the torchrl Collector (:func:`simeval.rollout.run_round`)."""
+        """The round stepped by the torchrl Collector (:func:`simeval.worker.rollout.run_round`)."""
         settings = self.settings
         return run_round(
             self._collector,

@@ -18,8 +18,8 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from simeval import episode_ends
 from simeval.errors import Cancelled
+from simeval.worker import episode_ends
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Episodes:
     trajectories: TensorDictBase | None = None  # [N, T] with ("collector", "mask")
     traj_ids: list[int] = field(default_factory=list)
     step_reward_to_first_done: float = float("nan")
-    # Read at each episode's last step (see simeval.episode_ends); None where the batch has no such flag.
+    # Read at each episode's last step (see simeval.worker.episode_ends); None where the batch has no such flag.
     terminated: list[bool] | None = None
     truncated: list[bool] | None = None
     info: dict[str, list[float]] = field(default_factory=dict)  # metric name -> one float per episode

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from simeval import vecnorm
+from simeval.worker import vecnorm
 
 
 def step_counters(env) -> list:
