@@ -9,7 +9,13 @@ are resolved on first access.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below resolve to (and the import graph lint-imports checks)
+    from simeval.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+    from simeval.errors import EvalError
+    from simeval.evaluator import Evaluator, connect
+    from simeval.ray_eval_worker import RayEvalWorker
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,7 @@ class EvalError(RuntimeError):
 
     @classmethod
     def from_exception(cls, exc: BaseException, where: str = "eval worker") -> EvalError:
+        """An EvalError saying ``where`` failed with ``exc``, carrying its formatted traceback."""
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(f"{where} failed: {type(exc).__name__}: {exc}", tb)
 

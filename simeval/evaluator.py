@@ -13,11 +13,14 @@ simeval before its simulator's ``init_fn`` has run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simeval import backends, metrics
 from simeval.requests import Request, RequestQueue, check_busy_policy
 from simeval.settings import EvalSettings, as_info_keys, as_key, exploration_name
+
+if TYPE_CHECKING:
+    from simeval.backends.base import Backend
 
 
 def _check_workers(backend: str, num_workers: Any, max_restarts: Any) -> None:
@@ -30,7 +33,13 @@ def _check_workers(backend: str, num_workers: Any, max_restarts: Any) -> None:
         )
 
 
-def _check_arguments(policy, policy_factory, num_trajectories, max_steps, init_fn) -> None:
+def _check_arguments(
+    policy: Any,
+    policy_factory: Callable[..., Any] | None,
+    num_trajectories: int,
+    max_steps: int | None,
+    init_fn: Callable[[], None] | str | None,
+) -> None:
     if policy is not None and policy_factory is not None:
         raise ValueError("Provide either `policy` or `policy_factory`, not both.")
     if policy is None and policy_factory is None:
@@ -134,7 +143,9 @@ class Evaluator:
         )
         self._attach(backends.create(backend, recipe, options), log_prefix, keep_episodes, on_result, busy_policy)
 
-    def _attach(self, backend, log_prefix: str, keep_episodes: bool, on_result, busy_policy: str) -> None:
+    def _attach(
+        self, backend: Backend, log_prefix: str, keep_episodes: bool, on_result: Callable | None, busy_policy: str
+    ) -> None:
         self._log_prefix = log_prefix
         self._keep_episodes = keep_episodes
         self._user_on_result = on_result
@@ -144,7 +155,7 @@ class Evaluator:
         )
 
     @property
-    def _backend(self):
+    def _backend(self) -> Backend:
         return self._front.backend
 
     # -- synchronous ------------------------------------------------------

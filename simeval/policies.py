@@ -8,17 +8,25 @@ launcher can rebuild the same architecture without ``--policy``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import TensorSpec
+    from torchrl.envs import EnvBase
+    from torchrl.modules import ProbabilisticActor
 
 FACTORY_ATTR = "_simeval_factory"
+_P = TypeVar("_P")
 
 
-def stamp(policy, name: str, kwargs: dict[str, Any]):
+def stamp(policy: _P, name: str, kwargs: dict[str, Any]) -> _P:
+    """Record on ``policy`` that factory ``name`` built it with ``kwargs`` (see :func:`factory_of`); returns it."""
     object.__setattr__(policy, FACTORY_ATTR, (name, dict(kwargs)))
     return policy
 
 
-def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
+def gaussian_actor(env: EnvBase, hidden: Sequence[int] = (64, 64)) -> ProbabilisticActor:
     """Tanh-Normal MLP actor (the PPO actor of torchrl's MuJoCo examples).
 
     ``observation -> MLP(tanh) -> loc``, state-independent scale. Under
@@ -49,7 +57,7 @@ def gaussian_actor(env, hidden: Sequence[int] = (64, 64)):
     return stamp(actor, "simeval.policies:gaussian_actor", {"hidden": list(hidden)})
 
 
-def _bounds(spec) -> dict:
+def _bounds(spec: TensorSpec) -> dict:
     import torch
 
     low, high = spec.space.low, spec.space.high
@@ -59,7 +67,7 @@ def _bounds(spec) -> dict:
     return {"low": low, "high": high}
 
 
-def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
+def mlp_policy(env: EnvBase, hidden: Sequence[int] = (64, 64)) -> TensorDictModule:
     """Deterministic tanh MLP: ``observation -> action``."""
     import torch
     from tensordict.nn import TensorDictModule
@@ -78,13 +86,13 @@ def mlp_policy(env, hidden: Sequence[int] = (64, 64)):
 DEFAULT_FACTORY = "simeval.policies:gaussian_actor"
 
 
-def build_policy(factory: str, kwargs: dict, env):
+def build_policy(factory: str, kwargs: dict, env: EnvBase) -> Any:
     """The policy ``factory`` (a ``"module:function"`` reference, old module names included) builds for ``env``."""
     from simeval.refs import resolve_callable
 
     return resolve_callable(factory, "--policy")(env, **kwargs)
 
 
-def factory_of(policy) -> tuple[str, dict[str, Any]] | None:
+def factory_of(policy: Any) -> tuple[str, dict[str, Any]] | None:
     """``("module:function", kwargs)`` of the factory that built ``policy``, if stamped."""
     return getattr(policy, FACTORY_ATTR, None)

@@ -35,12 +35,15 @@ _WAITING = object()
 
 
 def check_busy_policy(busy_policy: str) -> None:
+    """A ValueError unless ``busy_policy`` is one of ``BUSY_POLICIES``."""
     if busy_policy not in BUSY_POLICIES:
         raise ValueError(f"Unknown busy_policy {busy_policy!r}. Choose 'error', 'queue' or 'skip'.")
 
 
 @dataclass(eq=False)
 class Request:
+    """One evaluation asked for: its step, weights, whether a caller waits for it, and its outcome."""
+
     step: int
     weights: Mapping[str, Any] | None
     sync: bool
@@ -197,12 +200,14 @@ class RequestQueue:
         return request.outcome
 
     def poll(self, timeout: float = 0) -> Any:
+        """The next delivered result, waiting up to ``timeout`` seconds; None if there is none (raises a failure)."""
         if timeout and timeout > 0:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._ready), timeout)
         return self._pop_ready()
 
     def wait(self, timeout: float | None = None) -> Any:
+        """The next delivered result once one is in or nothing is pending (None then); raises a failure."""
         with self._cond:
             self._cond.wait_for(lambda: bool(self._ready) or not self._pending(), timeout)
         return self._pop_ready()
@@ -221,6 +226,7 @@ class RequestQueue:
 
     @property
     def pending(self) -> bool:
+        """Whether a request is running, queued or not yet delivered."""
         with self._cond:
             return self._pending()
 

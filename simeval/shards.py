@@ -33,6 +33,7 @@ class Shard:
 
     @property
     def size(self) -> int:
+        """The number of sub-envs in the shard."""
         return len(self.quotas)
 
 

@@ -71,6 +71,7 @@ class LocalStaging:
         self._layouts: dict[str, tuple] = {}
 
     def write(self, sources: Mapping[str, WeightSource]) -> dict[str, TensorDictBase]:
+        """Copy each model's weights into its buffer (made anew when the layout changes); the buffers."""
         out = {}
         for model_id, source in sources.items():
             td = as_weights(source)

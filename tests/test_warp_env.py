@@ -27,8 +27,7 @@ import torch
 from helpers import mlp_policy
 
 from simeval import Evaluator
-from simeval.envs import make_env
-from simeval.envs.make import WARP_TASKS
+from simeval.envs import WARP_TASKS, make_env
 
 pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
 

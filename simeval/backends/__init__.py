@@ -9,8 +9,14 @@ busy policies and result formatting live in :mod:`simeval.requests`.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe
+
+if TYPE_CHECKING:  # imported on use (the Ray backend needs ray); named here for the import graph
+    from simeval.backends.process import ProcessBackend
+    from simeval.backends.ray import RayBackend
+    from simeval.backends.thread import ThreadBackend
 
 NAMES = ("thread", "process", "ray")
 _CLASSES = {
@@ -20,7 +26,7 @@ _CLASSES = {
 }
 
 
-def create(name: str, recipe: WorkerRecipe, options: BackendOptions) -> Backend:
+def create(name: str, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend | ProcessBackend | RayBackend:
     """The backend called ``name``, built (and its arguments checked) by its own class."""
     if name not in _CLASSES:
         raise ValueError(f"Unknown backend {name!r}. Choose 'thread', 'process', or 'ray'.")

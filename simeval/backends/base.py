@@ -146,10 +146,12 @@ def complete(future: Future, result: Any = None, exc: BaseException | None = Non
 
 
 def cancelled() -> EvalError:
+    """The error a round stopped by ``shutdown()`` completes with."""
     return EvalError("evaluation cancelled by shutdown()")
 
 
 def is_env_instance(env: Any) -> bool:
+    """Whether ``env`` is a built torchrl env (not a factory)."""
     from torchrl.envs import EnvBase
 
     return isinstance(env, EnvBase)

@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 
 
 def serve(conn: Connection) -> None:
+    """Start a worker from the parent's ``init`` message on ``conn``, then answer its rounds until ``close``."""
     from simeval.backends.host import WorkerHost
 
     kind, setup = conn.recv()
@@ -46,6 +47,7 @@ def serve(conn: Connection) -> None:
 
 
 def main() -> None:
+    """Serve the parent on the socket whose file descriptor is ``sys.argv[1]``."""
     conn = Connection(int(sys.argv[1]))
     try:
         serve(conn)

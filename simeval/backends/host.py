@@ -43,6 +43,7 @@ def describe(exc: BaseException) -> tuple[str, str]:
 
 
 def run_init_fn(init_fn: str | bytes | None) -> None:
+    """Call ``init_fn``: a ``"module:function"`` reference or a pickled callable; None does nothing."""
     if init_fn is None:
         return
     if isinstance(init_fn, bytes):
@@ -99,5 +100,6 @@ class WorkerHost:
             return ("error", *describe(exc))
 
     def close(self) -> None:
+        """Close the worker, if one was built."""
         if self.worker is not None:
             self.worker.close()

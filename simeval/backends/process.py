@@ -150,6 +150,7 @@ class ProcessBackend(Backend):
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ProcessBackend:
+        """Start a child process for ``recipe`` (which must hold an env factory and a policy factory)."""
         recipe.require_factories("'process'", "a child process (backend='process', or weight_sync_schemes)")
         return cls(make_setup(recipe), start_timeout=options.start_timeout)
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
 from simeval.backends.ray_slots import (
@@ -43,6 +43,11 @@ from simeval.backends.ray_slots import (
 )
 from simeval.errors import EvalError
 from simeval.settings import RoundOverrides
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+    from tensordict import TensorDictBase
 
 __all__ = ["NAMESPACE", "RayBackend", "ensure_ray"]
 _POLL_S = 0.5
@@ -83,7 +88,7 @@ class RayBackend(Backend):
         max_restarts: int = 3,
         info_keys: tuple = (),
         results: tuple[str, str, dict] | None = None,
-        actor=None,
+        actor: ActorHandle | None = None,
         kill_on_shutdown: bool | None = None,
     ) -> None:
         super().__init__()
@@ -109,6 +114,7 @@ class RayBackend(Backend):
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> RayBackend:
+        """Start ``options.num_workers`` Ray actors for ``recipe`` (its env split into shards when more than one)."""
         from simeval.backends.host import make_setup
 
         recipe.require_factories("'ray'", "the Ray actor process")
@@ -154,6 +160,7 @@ class RayBackend(Backend):
     def attach(
         cls, name: str, namespace: str = NAMESPACE, start_timeout: float = 120.0, kill_on_shutdown: bool = False
     ) -> RayBackend:
+        """A backend on the running named actor ``name`` (see :func:`simeval.connect`); ValueError if there is none."""
         ray = ensure_ray()
         try:
             actor = ray.get_actor(name, namespace=namespace)
@@ -165,6 +172,7 @@ class RayBackend(Backend):
         return cls(None, actor=actor, start_timeout=start_timeout, kill_on_shutdown=kill_on_shutdown)
 
     def describe(self) -> dict:
+        """The front-end settings the (first) actor was started with, once it is up."""
         slot = self._slots[0]
         self._wait_ready([slot])
         return self._ray.get(slot.actor.describe.remote(), timeout=self._start_timeout)
@@ -184,7 +192,13 @@ class RayBackend(Backend):
         )
         self._thread.start()
 
-    def _run(self, step: int, payload, overrides, future: Future) -> None:
+    def _run(
+        self,
+        step: int,
+        payload: dict[str, TensorDictBase] | None,
+        overrides: RoundOverrides | None,
+        future: Future,
+    ) -> None:
         try:
             raws = self._round(step, payload, overrides)
         except _RoundFailed as exc:
@@ -209,7 +223,9 @@ class RayBackend(Backend):
             append_record(path, make_record(metrics.prefixed(raw, prefix, keep_episodes=True), prefix, **context))
         complete(future, raw)
 
-    def _round(self, step: int, payload, overrides) -> list[dict]:
+    def _round(
+        self, step: int, payload: dict[str, TensorDictBase] | None, overrides: RoundOverrides | None
+    ) -> list[dict]:
         """Run every shard to a result, re-running those whose worker died; raws in shard order."""
         ray = self._ray
         ref = ray.put(payload) if payload is not None else None
@@ -249,7 +265,14 @@ class RayBackend(Backend):
             raise _RoundFailed(EvalError("the served Ray evaluator is gone; connect again."))
         self._slots.ensure(slot)
 
-    def _submit(self, job: _Job, step: int, ref, overrides, busy: set | None = None) -> None:
+    def _submit(
+        self,
+        job: _Job,
+        step: int,
+        ref: ObjectRef | None,
+        overrides: RoundOverrides | None,
+        busy: set | None = None,
+    ) -> None:
         """Send ``job`` to an idle ready worker of its size (after a death), else to its own slot's actor."""
         if busy is not None and job.shard is not None:
             idle = [

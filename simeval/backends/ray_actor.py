@@ -31,11 +31,13 @@ class EvalActor:
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
 
-    def run(self, step: int, weights, overrides: Any = None, shard: Any = None) -> tuple:
+    def run(self, step: int, weights: Any, overrides: Any = None, shard: Any = None) -> tuple:
+        """One round, as :meth:`WorkerHost.run <simeval.backends.host.WorkerHost.run>`; a result says where it ran."""
         outcome = self.host.run(step, weights, overrides, shard)
         if outcome[0] == "result":
             outcome[1]["worker"] = self.where()
         return outcome
 
     def close(self) -> None:
+        """Close the worker (its collector, and the env it built)."""
         self.host.close()

@@ -79,9 +79,11 @@ class Slot:
 
     @property
     def ready(self) -> bool:
+        """Whether the slot has an actor that is up."""
         return self.probe is None and self.actor is not None
 
     def name(self, total: int) -> str:
+        """``Ray eval worker i of total``, with its host, node and pid once known."""
         place = f" on {self.where.get('host', '?')} (node {self.where['node_id'][:8]}, pid {self.where['pid']})"
         return f"Ray eval worker {self.index} of {total}" + (place if self.where else "")
 
@@ -143,6 +145,7 @@ class Slots:
                 pass
 
     def overdue(self, slot: Slot, timeout: float) -> bool:
+        """Whether the slot's actor has not come up within ``timeout`` seconds of its creation."""
         return slot.probe is not None and time.monotonic() - slot.created > timeout
 
     def drop_all(self) -> list:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from multiprocessing import shared_memory
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict, TensorDictBase
 
 _ALIGN = 64
 
@@ -23,7 +26,7 @@ def _dtype(name: str):
     return getattr(torch, name.replace("torch.", ""))
 
 
-def plan(td) -> tuple[list[tuple], int]:
+def plan(td: TensorDictBase) -> tuple[list[tuple], int]:
     """Byte layout of every leaf: [(key, dtype, shape, offset, nbytes)], total size."""
     entries, offset = [], 0
     for key, value in sorted(td.items(True, True), key=lambda kv: str(kv[0])):
@@ -33,7 +36,7 @@ def plan(td) -> tuple[list[tuple], int]:
     return entries, max(offset, _ALIGN)
 
 
-def views(buf, entries: list[tuple]):
+def views(buf: memoryview, entries: list[tuple]) -> TensorDict:
     """A TensorDict of tensors living in ``buf`` (a writable buffer)."""
     import torch
     from tensordict import TensorDict
@@ -52,6 +55,7 @@ class SharedStaging:
         self._blocks: dict[str, tuple[shared_memory.SharedMemory, list, Any]] = {}
 
     def write(self, sources: Mapping[str, Any]) -> dict[str, dict]:
+        """Copy each model's weights into its block; ``{model_id: {"name", "entries"}}`` for the child."""
         from simeval.weights import as_weights
 
         described = {}
@@ -79,6 +83,7 @@ class SharedStaging:
         shm.close()
 
     def close(self) -> None:
+        """Unlink and unmap every block."""
         for model_id in list(self._blocks):
             self._release(model_id)
 
@@ -101,7 +106,8 @@ class SharedReader:
             resource_tracker.unregister("/" + shm.name, "shared_memory")
             return shm
 
-    def read(self, described: Mapping[str, dict] | None):
+    def read(self, described: Mapping[str, dict] | None) -> dict[str, TensorDict] | None:
+        """``{model_id: TensorDict}`` views of the blocks :meth:`SharedStaging.write` described, or None."""
         if not described:
             return None
         out = {}

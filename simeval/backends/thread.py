@@ -33,6 +33,7 @@ class ThreadBackend(Backend):
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
+        """A worker for ``recipe`` on a thread of this process (env and policy as given, or built by the factories)."""
         from simeval.backends.base import is_env_instance
 
         env, policy = recipe.env, recipe.policy

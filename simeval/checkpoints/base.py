@@ -18,7 +18,10 @@ Nothing here imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict, TensorDictBase
 
 FORMAT = "simeval-checkpoint/1"
 _SEP = "/"
@@ -30,6 +33,14 @@ class CheckpointError(ValueError):
 
 @dataclass
 class Checkpoint:
+    """A checkpoint as read from a file of any format.
+
+    ``policy`` and ``obs_norm`` are TensorDicts of weights (``obs_norm``: make_env's VecNorm weights and
+    statistics, or None); ``policy_factory`` and ``policy_kwargs`` say how to build the policy from the
+    env; ``sha256`` is that of the bytes that were loaded; ``meta`` names the format and, for a foreign
+    one, where its architecture came from.
+    """
+
     path: str
     step: int
     env: str | None
@@ -42,7 +53,7 @@ class Checkpoint:
 
     @property
     def weights_dict(self) -> dict[str, Any]:
-        """``weights_dict`` for Evaluator: policy weights, plus make_env's VecNorm statistics."""
+        """The ``weights_dict`` for Evaluator (policy weights, plus make_env's VecNorm statistics)."""
         from simeval.envs import OBS_NORM_ID
 
         out = {"policy": self.policy}
@@ -51,7 +62,8 @@ class Checkpoint:
         return out
 
 
-def flatten(td) -> dict[str, Any]:
+def flatten(td: TensorDictBase) -> dict[str, Any]:
+    """``td``'s leaves as ``{"a/b/c": tensor}`` (detached CPU copies), as the checkpoint stores them."""
     out = {}
     for key, value in td.items(True, True):
         parts = (key,) if isinstance(key, str) else key
@@ -61,7 +73,8 @@ def flatten(td) -> dict[str, Any]:
     return out
 
 
-def unflatten(flat: dict[str, Any]):
+def unflatten(flat: dict[str, Any]) -> TensorDict:
+    """The TensorDict that :func:`flatten` stored as ``flat``."""
     from tensordict import TensorDict
 
     td = TensorDict()

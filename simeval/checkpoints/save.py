@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 from simeval.checkpoints.base import FORMAT, flatten
+
+if TYPE_CHECKING:
+    from tensordict import TensorDictBase
+    from torch import nn
 
 
 def save_checkpoint(
     path: str | os.PathLike,
-    policy,
+    policy: nn.Module | TensorDictBase,
     step: int,
-    obs_norm=None,
+    obs_norm: nn.Module | TensorDictBase | None = None,
     env: str | None = None,
     *,
     policy_factory: str | None = None,

@@ -22,8 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+from typing import TYPE_CHECKING
 
 from simeval.errors import EnvError
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    from isaaclab.envs import DirectRLEnvCfg, ManagerBasedRLEnvCfg
+    from torchrl.envs import TransformedEnv
 
 INSTALL_HINT = "run `make isaaclab` (a Python 3.12 venv with isaaclab==3.0.0) and use .venv-isaaclab/bin/python"
 
@@ -91,7 +97,7 @@ def make_env(
     seed: int | None = None,
     max_steps: int | None = None,
     obs_norm: bool = True,
-):
+) -> TransformedEnv:
     """Build Isaac Lab task ``task`` with ``num_envs`` sub-envs, wrapped for torchrl.
 
     ``max_steps`` shortens the task's own episode length (Isaac Lab then
@@ -122,7 +128,7 @@ def make_env(
     return _wrap(base, device, obs_norm, launch)
 
 
-def _wrap(base, device: str, obs_norm: bool, launch: contextlib.ExitStack):
+def _wrap(base: gym.Env, device: str, obs_norm: bool, launch: contextlib.ExitStack) -> TransformedEnv:
     import warnings
 
     from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
@@ -152,7 +158,7 @@ def _wrap(base, device: str, obs_norm: bool, launch: contextlib.ExitStack):
     return out
 
 
-def launch_for(cfg) -> contextlib.ExitStack:
+def launch_for(cfg: DirectRLEnvCfg | ManagerBasedRLEnvCfg) -> contextlib.ExitStack:
     """Enter Isaac Lab 3's ``launch_simulation`` for ``cfg`` when no Kit app runs (it starts nothing kit-less).
 
     It validates the physics/renderer choice and applies the launcher flags the

@@ -31,6 +31,7 @@ class IsaacLogReader(BaseInfoDictReader):
         self._info_spec = Composite({"log": log_spec}, shape=self.batch_size)
 
     def __call__(self, info_dict: dict[str, Any], tensordict: TensorDictBase) -> TensorDictBase:
+        """Set ``("log", name)`` in ``tensordict`` from ``info_dict["log"]`` (NaN where missing) and return it."""
         log = info_dict.get("log", {}) if isinstance(info_dict, dict) else {}
         values = {}
         for name in self.names:
@@ -44,4 +45,5 @@ class IsaacLogReader(BaseInfoDictReader):
 
     @property
     def info_spec(self) -> Composite:
+        """The spec of the ``"log"`` entries, one float per sub-env and name."""
         return self._info_spec

@@ -12,10 +12,14 @@ on a rail; nothing touches the floor). Importing this module imports Isaac Lab.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 from isaaclab.utils import configclass
 from isaaclab_tasks.core.cartpole import cartpole_direct_env_cfg, cartpole_manager_env_cfg
+
+if TYPE_CHECKING:
+    from isaaclab.scene import InteractiveSceneCfg
 
 CARTPOLE_USD = os.path.join(os.path.dirname(__file__), os.pardir, "data", "isaaclab", "cartpole.usda")
 
@@ -26,7 +30,7 @@ OFFLINE_TASKS = {
 }
 
 
-def _offline(scene, robot: str) -> None:
+def _offline(scene: InteractiveSceneCfg, robot: str) -> None:
     """No ground plane, and the scene's ``robot`` asset spawned from the local cartpole USD."""
     scene.ground = None
     asset = getattr(scene, robot)

@@ -282,6 +282,7 @@ class MujocoBatchEnv(EnvBase):
         return cam
 
     def close(self, *, raise_if_closed: bool = True) -> None:
+        """Close the renderer (if one was made) and the env."""
         renderer, self._renderer = self._renderer, None
         if renderer is not None:
             renderer.close()

@@ -59,6 +59,7 @@ class SimGroup:
         self.sim.ctrl[:] = action
 
     def physics(self) -> None:
+        """Step every simulation of the group ``frame_skip`` times (one C call, GIL released)."""
         self.batch.step(nstep=self.task.frame_skip)
 
     def finish(self, obs_out: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
@@ -86,6 +87,7 @@ class SimGroup:
         sim.cfrc_ext[slice(None) if ids is None else ids] = 0.0  # mj_resetData clears it, mj_forward does not fill it
 
     def observe(self, obs_out: np.ndarray) -> np.ndarray:
+        """Write the group's current observations into ``obs_out`` (size, obs_dim) and return it."""
         return self.task.observe(self.sim, obs_out)
 
     def _read_contact_forces(self) -> None:

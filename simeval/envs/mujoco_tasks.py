@@ -64,6 +64,7 @@ class Task:
     max_episode_steps: int = 1000  # gymnasium's registered TimeLimit
 
     def obs_dim(self, model: mujoco.MjModel) -> int:
+        """The length of one observation row for ``model``."""
         raise NotImplementedError
 
     def position(self, sim: Sim) -> np.ndarray:
@@ -93,19 +94,24 @@ class Task:
 
 @dataclass(frozen=True)
 class HalfCheetah(Task):
+    """HalfCheetah: rewarded for forward velocity, never terminates."""
+
     forward_reward_weight: float = 1.0
     ctrl_cost_weight: float = 0.1
 
     def obs_dim(self, model: mujoco.MjModel) -> int:
+        """The observation size for ``model``."""
         return model.nq - 1 + model.nv
 
-    def observe(self, sim, out):
+    def observe(self, sim: Sim, out: np.ndarray) -> np.ndarray:
+        """Write qpos (without x) and qvel into ``out`` and return it."""
         nq1 = sim.qpos.shape[1] - 1
         out[:, :nq1] = sim.qpos[:, 1:]
         out[:, nq1:] = sim.qvel
         return out
 
-    def outcome(self, sim, action, before, dt):
+    def outcome(self, sim: Sim, action: np.ndarray, before: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """(forward reward minus control cost, never terminated) per simulation."""
         x_velocity = (sim.qpos[:, 0] - before) / dt
         reward = self.forward_reward_weight * x_velocity - _ctrl_cost(self.ctrl_cost_weight, action)
         return reward, np.zeros(reward.shape[0], dtype=bool)
@@ -123,15 +129,18 @@ class Hopping(Task):
     healthy_state_range: tuple[float, float] | None = None
 
     def obs_dim(self, model: mujoco.MjModel) -> int:
+        """The observation size for ``model``."""
         return model.nq - 1 + model.nv
 
-    def observe(self, sim, out):
+    def observe(self, sim: Sim, out: np.ndarray) -> np.ndarray:
+        """Write qpos (without x) and qvel clipped to [-10, 10] into ``out`` and return it."""
         nq1 = sim.qpos.shape[1] - 1
         out[:, :nq1] = sim.qpos[:, 1:]
         out[:, nq1:] = np.clip(sim.qvel, -10, 10)
         return out
 
-    def healthy(self, sim) -> np.ndarray:
+    def healthy(self, sim: Sim) -> np.ndarray:
+        """Bool (N,): z, torso angle (and for Hopper the state) within the healthy ranges."""
         z, angle = sim.qpos[:, 1], sim.qpos[:, 2]
         (min_z, max_z), (min_a, max_a) = self.healthy_z_range, self.healthy_angle_range
         ok = (min_z < z) & (z < max_z) & (min_a < angle) & (angle < max_a)
@@ -141,7 +150,8 @@ class Hopping(Task):
             ok &= np.all((lo < state) & (state < hi), axis=1)
         return ok
 
-    def outcome(self, sim, action, before, dt):
+    def outcome(self, sim: Sim, action: np.ndarray, before: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """(forward + healthy reward minus control cost, terminated when unhealthy) per simulation."""
         x_velocity = (sim.qpos[:, 0] - before) / dt
         healthy = self.healthy(sim)
         rewards = self.forward_reward_weight * x_velocity + healthy * self.healthy_reward
@@ -151,6 +161,8 @@ class Hopping(Task):
 
 @dataclass(frozen=True)
 class Ant(Task):
+    """Ant: rewarded for forward velocity and staying healthy, charged for control and contact forces."""
+
     forward_reward_weight: float = 1
     ctrl_cost_weight: float = 0.5
     contact_cost_weight: float = 5e-4
@@ -160,12 +172,15 @@ class Ant(Task):
     contact_force_range: tuple[float, float] = (-1.0, 1.0)
 
     def obs_dim(self, model: mujoco.MjModel) -> int:
+        """The observation size for ``model``."""
         return model.nq - 2 + model.nv + (model.nbody - 1) * 6
 
-    def position(self, sim):
+    def position(self, sim: Sim) -> np.ndarray:
+        """The main body's (x, y) position, (N, 2) (a copy)."""
         return sim.xpos[:, self.main_body, :2].copy()
 
-    def observe(self, sim, out):
+    def observe(self, sim: Sim, out: np.ndarray) -> np.ndarray:
+        """Write qpos (without x, y), qvel and the clipped contact forces into ``out`` and return it."""
         nq2, nv = sim.qpos.shape[1] - 2, sim.qvel.shape[1]
         out[:, :nq2] = sim.qpos[:, 2:]
         out[:, nq2 : nq2 + nv] = sim.qvel
@@ -173,7 +188,8 @@ class Ant(Task):
         out[:, nq2 + nv :] = np.clip(sim.cfrc_ext[:, 1:], lo, hi).reshape(out.shape[0], -1)
         return out
 
-    def outcome(self, sim, action, before, dt):
+    def outcome(self, sim: Sim, action: np.ndarray, before: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """(reward, terminated when unhealthy or not finite) per simulation."""
         xy_velocity = (sim.xpos[:, self.main_body, :2] - before) / dt
         z = sim.qpos[:, 2]
         finite = np.isfinite(sim.qpos).all(axis=1) & np.isfinite(sim.qvel).all(axis=1)
@@ -189,16 +205,21 @@ class Ant(Task):
 
 @dataclass(frozen=True)
 class InvertedPendulum(Task):
+    """InvertedPendulum: reward 1 per step until the pole leaves +-0.2 rad."""
+
     def obs_dim(self, model: mujoco.MjModel) -> int:
+        """The observation size for ``model``."""
         return model.nq + model.nv
 
-    def observe(self, sim, out):
+    def observe(self, sim: Sim, out: np.ndarray) -> np.ndarray:
+        """Write qpos and qvel into ``out`` and return it."""
         nq = sim.qpos.shape[1]
         out[:, :nq] = sim.qpos
         out[:, nq:] = sim.qvel
         return out
 
-    def outcome(self, sim, action, before, dt):
+    def outcome(self, sim: Sim, action: np.ndarray, before: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """(1.0 while upright else 0.0, terminated when the pole falls or the state is not finite)."""
         obs = np.concatenate((sim.qpos, sim.qvel), axis=1)
         terminated = ~np.isfinite(obs).all(axis=1) | (np.abs(obs[:, 1]) > 0.2)
         return (~terminated).astype(np.float64), terminated
@@ -206,6 +227,8 @@ class InvertedPendulum(Task):
 
 @dataclass(frozen=True)
 class Humanoid(Task):
+    """Humanoid: rewarded for the mass centre's forward velocity and staying up."""
+
     forward_reward_weight: float = 1.25
     ctrl_cost_weight: float = 0.1
     contact_cost_weight: float = 5e-7
@@ -214,17 +237,20 @@ class Humanoid(Task):
     healthy_z_range: tuple[float, float] = (1.0, 2.0)
 
     def obs_dim(self, model: mujoco.MjModel) -> int:
+        """The observation size for ``model``."""
         nb = model.nbody - 1
         return model.nq - 2 + model.nv + nb * 10 + nb * 6 + (model.nv - 6) + nb * 6
 
-    def position(self, sim):
+    def position(self, sim: Sim) -> np.ndarray:
+        """The mass centre's (x, y) position, (N, 2)."""
         return self._mass_center(sim)
 
-    def _mass_center(self, sim) -> np.ndarray:
+    def _mass_center(self, sim: Sim) -> np.ndarray:
         mass = sim.model.body_mass
         return (np.einsum("b,nbj->nj", mass, sim.xipos) / mass.sum())[:, 0:2]
 
-    def observe(self, sim, out):
+    def observe(self, sim: Sim, out: np.ndarray) -> np.ndarray:
+        """Write qpos, qvel, cinert, cvel, actuator and contact forces into ``out`` and return it."""
         n = out.shape[0]
         parts = (
             sim.qpos[:, 2:],
@@ -240,7 +266,8 @@ class Humanoid(Task):
             start += part.shape[1]
         return out
 
-    def outcome(self, sim, action, before, dt):
+    def outcome(self, sim: Sim, action: np.ndarray, before: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """(reward, terminated when the torso height leaves the healthy range) per simulation."""
         xy_velocity = (self._mass_center(sim) - before) / dt
         z = sim.qpos[:, 2]
         min_z, max_z = self.healthy_z_range

@@ -16,7 +16,9 @@ and qvel (``simeval.envs.catalog.WARP_TASKS``); the physics is MuJoCo's, in floa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +36,9 @@ from simeval.envs.mujoco_tasks import (
     load_model,
     sub_env_generators,
 )
+
+if TYPE_CHECKING:
+    import mujoco
 
 
 def warp_devices(device: str | torch.device | None) -> tuple[object, torch.device]:
@@ -113,7 +118,7 @@ class WarpBatchEnv(EnvBase):
         for _ in range(self.task.frame_skip):
             mjw.step(self._m, self._d)
 
-    def _make_specs(self, model) -> None:
+    def _make_specs(self, model: mujoco.MjModel) -> None:
         n, nu, dev = self._n, model.nu, self.device
         bounds = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32)  # gymnasium's action space
         self.observation_spec = Composite(
@@ -128,7 +133,7 @@ class WarpBatchEnv(EnvBase):
         )
 
     # -- Warp calls, ordered with torch's work on the device ---------------------
-    def _warp(self, fn, *args) -> None:
+    def _warp(self, fn: Callable[..., Any], *args: Any) -> None:
         import warp as wp
 
         with wp.ScopedDevice(self._wp_device):

@@ -18,6 +18,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torchrl.envs.transforms import VecNormV2
+
+    from simeval.checkpoints import Checkpoint
+    from simeval.export.actor import Exported
 
 TARGETS = ("onnx", "torchscript")
 TOLERANCE = 1e-4  # the export check: max |written - policy| <= TOLERANCE * max(1, max |action|)
@@ -25,6 +33,13 @@ TOLERANCE = 1e-4  # the export check: max |written - policy| <= TOLERANCE * max(
 
 @dataclass
 class ExportResult:
+    """What :func:`export_checkpoint` wrote: the file (``path``), its target (``to``), env and step.
+
+    ``obs_dim`` and ``action_dim`` are the model's input and output sizes (``[batch, n]``); ``obs_norm``
+    says whether VecNorm statistics were folded in, ``actor`` how the deterministic action was derived,
+    ``max_error`` the export check's largest ``|written - policy|``, ``source_format`` the checkpoint's format.
+    """
+
     path: str
     to: str
     env: str
@@ -37,6 +52,7 @@ class ExportResult:
     source_format: str = "simeval"
 
     def describe(self) -> str:
+        """One line for the user: the file, its shapes, the normaliser, the actor and the check's error."""
         norm = "VecNorm folded in" if self.obs_norm else "no VecNorm statistics"
         if not self.obs_norm and self.source_format != "simeval":
             norm = f"{self.source_format}'s actor as it is (its normaliser, if any, inside)"
@@ -119,7 +135,7 @@ def export_checkpoint(
     )
 
 
-def _env_name(ck, env: str | None) -> str:
+def _env_name(ck: Checkpoint, env: str | None) -> str:
     from simeval.checkpoints import CheckpointError
 
     if ck.env and env and env != ck.env:
@@ -132,7 +148,7 @@ def _env_name(ck, env: str | None) -> str:
     return name
 
 
-def _build(ck, env_name: str):
+def _build(ck: Checkpoint, env_name: str) -> tuple[Exported, Any, VecNormV2 | None, int, int, str]:
     """(module to write, the policy, its frozen VecNormV2 or None, obs dim, action dim, how the actor was derived)."""
     import warnings
 
@@ -141,7 +157,7 @@ def _build(ck, env_name: str):
         return _build_quietly(ck, env_name)
 
 
-def _build_quietly(ck, env_name: str):
+def _build_quietly(ck: Checkpoint, env_name: str) -> tuple[Exported, Any, VecNormV2 | None, int, int, str]:
     from simeval.checkpoints import CheckpointError
     from simeval.envs import OBS_NORM_ID, make_env
     from simeval.export.actor import Exported, Normalise, deterministic_actor
@@ -172,7 +188,7 @@ def _build_quietly(ck, env_name: str):
     return Exported(actor, normalise).eval(), policy, vecnorm, obs_dim, act_dim, how
 
 
-def _check_observations(module, obs_dim: int):
+def _check_observations(module: Exported, obs_dim: int) -> torch.Tensor:
     """Observations around the normaliser's statistics (unit-scale ones without it), seeded."""
     import torch
 
@@ -184,7 +200,7 @@ def _check_observations(module, obs_dim: int):
     return z
 
 
-def _policy_actions(policy, vecnorm, obs):
+def _policy_actions(policy: Any, vecnorm: VecNormV2 | None, obs: torch.Tensor) -> torch.Tensor:
     """What the evaluator does: the env's VecNormV2, then the policy under DETERMINISTIC."""
     import torch
     from tensordict import TensorDict
@@ -197,7 +213,7 @@ def _policy_actions(policy, vecnorm, obs):
         return policy(td)["action"]
 
 
-def _error(got, expected) -> float:
+def _error(got: torch.Tensor, expected: torch.Tensor) -> float:
     import torch
 
     with torch.no_grad():

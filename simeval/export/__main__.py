@@ -17,6 +17,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m simeval.export``."""
     from simeval.export import TARGETS
 
     p = _Parser(
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Export as the command line ``argv`` (default: ``sys.argv[1:]``) says; the exit code (0, or 2 on error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)

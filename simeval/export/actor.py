@@ -32,6 +32,7 @@ class Normalise(nn.Module):
         self.register_buffer("scale", scale.detach().clone())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalised observations, same shape as ``obs`` (batch, obs_dim)."""
         return (obs - self.loc) / self.scale
 
 
@@ -43,6 +44,7 @@ class Output(nn.Module):
         self.net, self.index = net, index
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The chosen output of the network for ``obs`` (batch, obs_dim)."""
         out = self.net(obs)
         return out if self.index is None else out[self.index]
 
@@ -59,6 +61,7 @@ class TanhNormalMode(nn.Module):
         self.register_buffer("high", high.detach().clone().float())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The TanhNormal's deterministic sample (batch, act_dim) for ``obs`` (batch, obs_dim)."""
         loc = self.loc_net(obs)
         if self.tanh_loc:  # TanhNormal.update
             loc = (loc / self.upscale).tanh() * self.upscale
@@ -79,6 +82,7 @@ class TensorDictCall(nn.Module):
         self.policy = policy
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's "action" (batch, act_dim) for ``obs`` (batch, obs_dim)."""
         from tensordict import TensorDict
         from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -95,6 +99,7 @@ class Exported(nn.Module):
         self.actor = actor
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions (batch, act_dim) for raw observations ``obs`` (batch, obs_dim)."""
         return self.actor(self.normalise(obs))
 
 
@@ -113,7 +118,7 @@ def deterministic_actor(policy: nn.Module) -> tuple[nn.Module, str]:
     return TensorDictCall(policy), f"a trace of {type(policy).__name__} under ExplorationType.DETERMINISTIC"
 
 
-def _reads_obs(module) -> bool:
+def _reads_obs(module: nn.Module) -> bool:
     from tensordict.nn import TensorDictModule, TensorDictSequential
 
     return (
@@ -123,7 +128,7 @@ def _reads_obs(module) -> bool:
     )
 
 
-def _probabilistic(policy) -> tuple[nn.Module, str] | None:
+def _probabilistic(policy: nn.Module) -> tuple[nn.Module, str] | None:
     """The explicit deterministic sample of ``params -> distribution`` actors (TanhNormal, Normal), else None."""
     from tensordict.nn import ProbabilisticTensorDictModule
     from torchrl.modules import IndependentNormal, TanhNormal

@@ -29,6 +29,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the launcher on the command line ``argv`` (default: ``sys.argv[1:]``); the exit code (2 on bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:

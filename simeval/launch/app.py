@@ -14,10 +14,14 @@ partial is written) and the process exits 0.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from simeval.launch.cli import Parsed
 from simeval.launch.plan import plan_for
 from simeval.launch.session import Session, install_stop_handlers
+
+if TYPE_CHECKING:
+    from simeval.launch.results import ResultsLog
 
 
 def run(parsed: Parsed, out: str) -> int:
@@ -54,7 +58,7 @@ def run(parsed: Parsed, out: str) -> int:
         session.close()
 
 
-def run_watch(session: Session, log) -> int:
+def run_watch(session: Session, log: ResultsLog) -> int:
     """``--watch DIR``: every checkpoint there, once each, resuming after those already in results.jsonl."""
     from simeval.launch.sources import Watcher
     from simeval.launch.sweep import Sweep, reached

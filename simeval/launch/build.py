@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
 
 from simeval.launch.config import LaunchConfig
 from simeval.launch.plan import EvalPlan
 from simeval.policies import build_policy
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+    from simeval.evaluator import Evaluator
 
 
 def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:
@@ -34,7 +40,8 @@ def build_env(
     backend: str | None = None,
     *,
     num_envs: int,
-):
+) -> EnvBase:
+    """The env a worker evaluates on: ``make_env``'s, with the ``--video`` recorder when ``video_dir`` is set."""
     from simeval.envs import make_env
 
     if name.startswith("isaaclab:"):  # no MuJoCo rendering or env backend there
@@ -59,7 +66,7 @@ def build_env(
 
 def make_evaluator(
     cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str, num_workers: int = 1
-):
+) -> Evaluator:
     """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results.
 
     ``num_workers`` Ray workers split each round (the env factory takes ``num_envs=``: its share).

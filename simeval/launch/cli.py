@@ -30,6 +30,7 @@ def _value_type(name: str) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The launcher's command line: ``--config`` plus one flag per :class:`LaunchConfig` field."""
     p = _Parser(
         prog="simeval-launch",
         description="Evaluate robot-learning policies: a checkpoint, a directory training writes to, "

@@ -37,6 +37,8 @@ def _opt(default: Any, help: str, **meta: Any) -> Any:
 
 @dataclass
 class LaunchConfig:
+    """The launcher's settings: one field per flag (``--num-envs`` sets ``num_envs``) and YAML profile key."""
+
     backend: str = _opt("thread", f"where evaluation runs: {', '.join(BACKENDS)}")
     num_gpus: float = _opt(0, "GPUs each Ray worker asks for")
     num_cpus: float = _opt(1, "CPUs each Ray worker asks for")
@@ -90,6 +92,7 @@ class LaunchConfig:
     network: str | None = _opt(None, "--launcher docker: container network, e.g. host or none")
 
     def validate(self) -> LaunchConfig:
+        """Check the settings together and normalise ``info_keys``; returns ``self``, or raises :class:`ConfigError`."""
         for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: choose one of {', '.join(choices)}.")
@@ -140,6 +143,7 @@ class LaunchConfig:
 
     @property
     def source(self) -> str | None:
+        """Which source of weights was given (``"checkpoint"``, ``"watch"`` or ``"serve"``), or None."""
         return next((k for k in SOURCES if getattr(self, k)), None)
 
 
@@ -176,6 +180,7 @@ def from_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_yaml(path: str) -> dict[str, Any]:
+    """The settings in the YAML profile at ``path`` (field -> value); ConfigError if unreadable or unknown."""
     import yaml
 
     try:

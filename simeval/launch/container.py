@@ -76,6 +76,7 @@ class ContainerSpec:
     out: str = ""
 
     def create_kwargs(self, user: str) -> dict[str, Any]:
+        """The Docker SDK's ``containers.create`` arguments for a container run as ``user``."""
         kwargs = {
             "image": self.image,
             "command": self.command,

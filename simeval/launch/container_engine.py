@@ -17,17 +17,21 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from simeval.launch.config import ConfigError
 from simeval.launch.container import ContainerSpec
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 STOP_GRACE_S = 60  # SIGTERM first; SIGKILL only if the launcher inside has not exited by then
 STREAM_END_GRACE_S = 2.0  # a log stream that broke is the container's end only if it stops within this
 STOPPED = ("exited", "dead", "removing")
 
 
-def _client():
+def _client() -> DockerClient:
     try:
         import docker
     except ImportError:
@@ -48,7 +52,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _numeric_ids(client, image: str, user: str) -> tuple[int, int]:
+def _numeric_ids(client: DockerClient, image: str, user: str) -> tuple[int, int]:
     """uid, gid of ``user`` in ``image`` (asks the image when the user is a name)."""
     m = re.fullmatch(r"(\d+)(?::(\d+))?", user)
     if m:
@@ -102,7 +106,9 @@ def _make_mount_dirs(spec: ContainerSpec) -> list[str]:
     return created
 
 
-def _user_for(client, spec: ContainerSpec, created: list[str] | tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+def _user_for(
+    client: DockerClient, spec: ContainerSpec, created: list[str] | tuple[str, ...] = ()
+) -> tuple[str, dict[str, str]]:
     """Who the container runs as (never root), and environment that goes with it.
 
     A non-root caller's own uid:gid, so results belong to them; as root, the
@@ -159,7 +165,7 @@ def _warn(message: str) -> None:
             pass  # stderr itself is gone: nowhere left to say it
 
 
-def _stopped(container) -> bool:
+def _stopped(container: Container) -> bool:
     """Whether the container has exited or is gone, waiting up to STREAM_END_GRACE_S for it to get there."""
     import docker
 
@@ -178,7 +184,7 @@ def _stopped(container) -> bool:
         time.sleep(0.1)
 
 
-def _end_of_stream(container, exc: BaseException) -> bool:
+def _end_of_stream(container: Container, exc: BaseException) -> bool:
     """Whether ``exc`` is only the engine ending a log stream because the container exited or was removed."""
     import docker
     import requests
@@ -190,7 +196,7 @@ def _end_of_stream(container, exc: BaseException) -> bool:
     return isinstance(exc, (*broken, urllib3.exceptions.ProtocolError)) and _stopped(container)
 
 
-def _stream(container, stdout: bool, sink) -> None:
+def _stream(container: Container, stdout: bool, sink: BinaryIO) -> None:
     """Copy the container's stdout (or stderr) log to ``sink`` until the engine ends it.
 
     The engine ends the stream when the container exits; that end may also come
@@ -209,7 +215,7 @@ def _stream(container, stdout: bool, sink) -> None:
             )
 
 
-def _signal(container, name: str) -> None:
+def _signal(container: Container, name: str) -> None:
     import docker
 
     try:
@@ -241,7 +247,7 @@ def run(spec: ContainerSpec) -> int:
         _remove(container)
 
 
-def _check_image(client, spec: ContainerSpec) -> None:
+def _check_image(client: DockerClient, spec: ContainerSpec) -> None:
     """A ConfigError unless ``spec.image`` is on the engine (simeval neither builds nor pulls it)."""
     import docker
 
@@ -254,7 +260,7 @@ def _check_image(client, spec: ContainerSpec) -> None:
         ) from None
 
 
-def _create(client, spec: ContainerSpec, user: str, extra_env: dict[str, str]):
+def _create(client: DockerClient, spec: ContainerSpec, user: str, extra_env: dict[str, str]) -> Container:
     """Create (not start) the planned container, run as ``user`` with ``extra_env`` added to its environment."""
     import docker
 
@@ -277,7 +283,7 @@ def _restore_signals(previous: dict) -> None:
         signal.signal(s, handler)
 
 
-def _log_streams(container) -> list[threading.Thread]:
+def _log_streams(container: Container) -> list[threading.Thread]:
     """Daemon threads (not started) that copy the container's stdout and stderr logs to the launcher's own."""
     return [
         threading.Thread(target=_stream, args=(container, True, sys.stdout.buffer), daemon=True),
@@ -285,7 +291,7 @@ def _log_streams(container) -> list[threading.Thread]:
     ]
 
 
-def _start(container, spec: ContainerSpec) -> None:
+def _start(container: Container, spec: ContainerSpec) -> None:
     """Start the container; a ConfigError with a hint (the NVIDIA toolkit when GPUs were asked for) if it cannot."""
     import docker
 
@@ -301,7 +307,7 @@ def _start(container, spec: ContainerSpec) -> None:
         raise ConfigError(f"the Docker engine could not start the container ({reason}); {hint}.") from None
 
 
-def _wait(container, signals: list[int]) -> dict[str, Any]:
+def _wait(container: Container, signals: list[int]) -> dict[str, Any]:
     """The engine's wait() status once the container exits, stopping it on ``signals`` meanwhile.
 
     The wait runs on a thread, so that signals are acted on while it blocks; a
@@ -327,7 +333,7 @@ def _wait(container, signals: list[int]) -> dict[str, Any]:
     return status
 
 
-def _stop_on_signals(container, waiter: threading.Thread, signals: list[int]) -> None:
+def _stop_on_signals(container: Container, waiter: threading.Thread, signals: list[int]) -> None:
     """While ``waiter`` runs: SIGTERM the container at the first signal, SIGKILL at a second or after STOP_GRACE_S."""
     term_sent, killed = None, False
     while waiter.is_alive():
@@ -345,7 +351,7 @@ def _stop_on_signals(container, waiter: threading.Thread, signals: list[int]) ->
                 _signal(container, "SIGKILL")
 
 
-def _remove(container) -> None:
+def _remove(container: Container) -> None:
     import docker
     import requests
 

@@ -15,6 +15,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo (``argv`` is not used): the eval curve, the reference rows, the plot; 0, or 1 if a run failed."""
     from simeval import launch
     from simeval.checkpoints.shipped import shipped_checkpoint
     from simeval.launch import report

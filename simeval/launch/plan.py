@@ -7,22 +7,29 @@ statistics are used; :mod:`simeval.launch.build` turns it into an Evaluator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from simeval.launch.config import LaunchConfig
+
+if TYPE_CHECKING:
+    from simeval.checkpoints import Checkpoint
 
 
 @dataclass(frozen=True)
 class EvalPlan:
+    """The env name, whether VecNorm statistics are used, and the policy factory and its kwargs."""
+
     env: str
     obs_norm: bool
     policy_factory: str
     policy_kwargs: dict = field(default_factory=dict, hash=False, compare=True)
 
     def describe(self) -> str:
+        """``env with factory(kwargs)``, for messages."""
         return f"{self.env} with {self.policy_factory}({self.policy_kwargs or ''})"
 
 
-def plan_for(cfg: LaunchConfig, explicit: set[str], ck=None) -> EvalPlan:
+def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None) -> EvalPlan:
     """The plan for checkpoint ``ck`` (or, for --serve, for the config alone)."""
     from simeval.checkpoints import CheckpointError
     from simeval.policies import DEFAULT_FACTORY

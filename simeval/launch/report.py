@@ -21,6 +21,7 @@ from simeval.records import read_records
 
 
 def read_results(out_dir: str) -> list[dict]:
+    """The successful records in ``out_dir``'s results.jsonl, by step; FileNotFoundError without the file."""
     path = os.path.join(out_dir, "results.jsonl")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{out_dir}: no results.jsonl (is it a simeval.launch --out directory?)")
@@ -109,6 +110,7 @@ def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | N
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the table and draw the plot for the command line ``argv``; the exit code (2 on bad input)."""
     parser = argparse.ArgumentParser(prog="python -m simeval.launch.report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="results directories (simeval.launch --out)")
     parser.add_argument("--output", help="PNG path (default: <first run>/eval_curve.png)")

@@ -36,6 +36,7 @@ class ResultsLog:
                 f.truncate(data.rfind(b"\n") + 1)
 
     def records(self) -> Iterator[dict[str, Any]]:
+        """The records already in results.jsonl, in file order."""
         return read_records(self.path)
 
     def append(self, record: dict[str, Any], publish: bool = True) -> None:

@@ -10,11 +10,17 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from simeval.launch.build import make_evaluator, record_context
 from simeval.launch.cli import Parsed
 from simeval.launch.plan import EvalPlan, plan_for
 from simeval.launch.sources import checkpoint_name
+
+if TYPE_CHECKING:
+    from simeval.checkpoints import Checkpoint
+    from simeval.evaluator import Evaluator
 
 
 class Session:
@@ -35,7 +41,8 @@ class Session:
         self.plan: EvalPlan | None = None
         self.env_backend: str | None = None
 
-    def evaluator_for(self, plan: EvalPlan, index: int = 0):
+    def evaluator_for(self, plan: EvalPlan, index: int = 0) -> Evaluator:
+        """Evaluator ``index``, building all of them for ``plan`` the first time; CheckpointError for another plan."""
         if self.evaluators:
             if plan != self.plan:
                 from simeval.checkpoints import CheckpointError
@@ -65,7 +72,7 @@ class Session:
         install_stop_handlers(self.stop)  # ray.init installs its own SIGTERM handler: ours comes last
         return self.evaluators[index]
 
-    def start(self, ck, index: int = 0) -> None:
+    def start(self, ck: Checkpoint, index: int = 0) -> None:
         """Begin evaluating ``ck`` on evaluator ``index`` (which must be idle)."""
         plan = plan_for(self.cfg, self.parsed.explicit, ck)
         ev = self.evaluator_for(plan, index)
@@ -76,7 +83,8 @@ class Session:
         """Evaluator ``index``'s result if it finished (its EvalError if it failed), else None."""
         return self.evaluators[index].poll()
 
-    def record_of(self, ck, result: dict, seconds: float) -> dict:
+    def record_of(self, ck: Checkpoint, result: dict, seconds: float) -> dict:
+        """The results.jsonl record of ``ck``'s evaluation ``result``, which took ``seconds``."""
         from simeval.records import make_record
 
         return make_record(
@@ -91,12 +99,15 @@ class Session:
         )
 
     def close(self) -> None:
+        """Shut every evaluator down."""
         for ev in self.evaluators:
             ev.shutdown(timeout=10.0)
 
 
 def install_stop_handlers(stop: threading.Event) -> None:
-    def handler(signum, frame):
+    """Make SIGTERM and SIGINT set ``stop`` (and say so on stderr) instead of killing the launcher."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
         print(f"received {signal.Signals(signum).name}: stopping cleanly.", file=sys.stderr, flush=True)
         stop.set()
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from simeval.checkpoints import Checkpoint
+    from simeval.launch.results import ResultsLog
+    from simeval.launch.session import Session
     from simeval.launch.sources import CheckpointSource
 
 _TICK_S = 0.2
@@ -32,7 +35,7 @@ class _Running:
 class Sweep:
     """The dispatch loop: take checkpoints while evaluators are idle, record results as they finish."""
 
-    def __init__(self, session, log, *, keep_going: bool) -> None:
+    def __init__(self, session: Session, log: ResultsLog, *, keep_going: bool) -> None:
         self.session = session
         self.log = log
         self.keep_going = keep_going
@@ -42,6 +45,7 @@ class Sweep:
         self.held: list[dict] = []  # recorded, not yet given to the logger
 
     def run(self, source: CheckpointSource) -> int:
+        """Evaluate every checkpoint ``source`` gives until it is done, ``--until-step`` or a signal; exit code 0."""
         stop = self.session.stop
         closed = False  # --until-step reached: take nothing more
         next_scan = 0.0
@@ -65,7 +69,7 @@ class Sweep:
         finally:
             self._publish(everything=True)
 
-    def _dispatch(self, source) -> bool:
+    def _dispatch(self, source: CheckpointSource) -> bool:
         """Start checkpoints on idle evaluators; True once one at or past --until-step was started."""
         from simeval.launch.config import ConfigError
         from simeval.launch.sources import Unreadable
@@ -125,7 +129,7 @@ class Sweep:
         while self.held and (everything or lowest is None or self.held[0]["step"] <= lowest):
             self.log.publish(self.held.pop(0))
 
-    def _failed(self, ck, exc: BaseException) -> None:
+    def _failed(self, ck: Checkpoint, exc: BaseException) -> None:
         from simeval.checkpoints import CheckpointError
 
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -145,10 +149,11 @@ class Sweep:
 
 
 def reached(until: int | None, steps: list[int]) -> bool:
+    """Whether any of ``steps`` is at or past ``--until-step`` ``until`` (None: never)."""
     return until is not None and any(step >= until for step in steps)
 
 
-def summary(result: dict, ck) -> str:
+def summary(result: dict, ck: Checkpoint) -> str:
     """The terminal table of one evaluation."""
     import os
 

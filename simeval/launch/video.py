@@ -9,11 +9,17 @@ Nothing renders unless asked. ``MUJOCO_GL=egl`` (GPU or Mesa) by default, or ``o
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from simeval.worker.frames import EpisodeFrames
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 class EpisodeVideo(EpisodeFrames):
+    """Streams each round's first episode (sub-env 0) to ``<video_dir>/step_<step>.mp4`` at ``fps``."""
+
     def __init__(self, video_dir: str, fps: int = 20) -> None:
         super().__init__()
         self.video_dir = video_dir
@@ -22,11 +28,13 @@ class EpisodeVideo(EpisodeFrames):
         self._tmp = os.path.join(video_dir, f".recording-{os.getpid()}.mp4")
 
     def on_start(self) -> None:
+        """Close any open recording and drop an unfinished file."""
         self.on_end()
         if os.path.exists(self._tmp):
             os.unlink(self._tmp)
 
-    def on_frame(self, frame) -> None:
+    def on_frame(self, frame: np.ndarray) -> None:
+        """Append an (H, W, 3) uint8 frame to the recording (opened at the first frame)."""
         if self._writer is None:
             import imageio.v2 as imageio
 
@@ -35,11 +43,13 @@ class EpisodeVideo(EpisodeFrames):
         self._writer.append_data(frame)
 
     def on_end(self) -> None:
+        """Close the recording."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
     def dump(self, step: int | None = None, suffix: str | None = None) -> None:
+        """Finish the round's recording and move it to ``step_<step>.mp4`` (``suffix`` is not used)."""
         self.finish()
         self.on_end()
         if os.path.exists(self._tmp):

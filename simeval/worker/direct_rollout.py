@@ -25,6 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +35,15 @@ from tensordict.nn import TensorDictModule
 from simeval.errors import Cancelled
 from simeval.worker.rollout import Episodes
 
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+    from torchrl.envs.transforms import VecNormV2
+    from torchrl.envs.utils import ExplorationType
+
+    from simeval.envs.mujoco import MujocoBatchEnv
+    from simeval.envs.mujoco_group import SimGroup
+    from simeval.settings import EvalSettings
+
 
 @dataclass
 class _Transforms:
@@ -41,11 +51,11 @@ class _Transforms:
     vecnorm: object | None  # a VecNormV2 on "observation", frozen during rounds
 
 
-def _as_key(key) -> tuple:
+def _as_key(key: str | tuple[str, ...]) -> tuple:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
-def _transforms(env) -> tuple[object, _Transforms] | None:
+def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, _Transforms] | None:
     """The native base env and the transforms around it, or None if any is one this loop cannot reproduce."""
     from torchrl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedEnv
     from torchrl.envs.transforms import VecNormV2
@@ -81,7 +91,7 @@ def _transforms(env) -> tuple[object, _Transforms] | None:
     return env, found
 
 
-def plan(env, policy, settings, recording: bool) -> DirectRollout | None:
+def plan(env: EnvBase, policy: Any, settings: EvalSettings, recording: bool) -> DirectRollout | None:
     """A direct rollout for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
     if (
         settings.collector_cls is not None
@@ -108,7 +118,7 @@ def plan(env, policy, settings, recording: bool) -> DirectRollout | None:
 class DirectRollout:
     """Runs rounds of exactly the given per-sub-env episode quotas on a native env, groups overlapped."""
 
-    def __init__(self, env, base, transforms: _Transforms, policy) -> None:
+    def __init__(self, env: EnvBase, base: MujocoBatchEnv, transforms: _Transforms, policy: Any) -> None:
         self.env, self.base, self.t, self.policy = env, base, transforms, policy
         self.device = _device(policy)
         # A plain TensorDictModule is its module between two keys: call the module (a third of the
@@ -119,10 +129,17 @@ class DirectRollout:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="simeval-physics") if len(base.groups) > 1 else None
 
     def close(self) -> None:
+        """Stop the physics thread (if the env has two groups)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
-    def run(self, quotas: list[int], seed: int | None, stop: threading.Event, exploration_type) -> Episodes:
+    def run(
+        self, quotas: list[int], seed: int | None, stop: threading.Event, exploration_type: ExplorationType
+    ) -> Episodes:
+        """One round: ``quotas[i]`` episodes from sub-env ``i``, seeded with ``seed`` (None: not reseeded).
+
+        Raises :class:`~simeval.errors.Cancelled` once ``stop`` is set.
+        """
         from torchrl.envs.utils import set_exploration_type
 
         with set_exploration_type(exploration_type):
@@ -198,7 +215,7 @@ class _Round:
         if self.stop.is_set():
             raise Cancelled("evaluation cancelled by shutdown()")
 
-    def _launch(self, g) -> None:
+    def _launch(self, g: SimGroup) -> None:
         """Run the policy on group ``g``'s (normalised) observations and set its controls."""
         from simeval.envs.mujoco import action_rows  # loaded already: plan() found a MujocoBatchEnv
 
@@ -280,7 +297,7 @@ class _Round:
         )
 
 
-def _loc_scale(vecnorm) -> tuple[torch.Tensor, torch.Tensor]:
+def _loc_scale(vecnorm: VecNormV2) -> tuple[torch.Tensor, torch.Tensor]:
     """A frozen VecNormV2's "observation" location and scale, by torchrl's own arithmetic (``VecNormV2._norm``).
 
     Computed once per round; ``(obs - loc) / scale`` then gives the transform's output bit for bit
@@ -298,7 +315,7 @@ def _loc_scale(vecnorm) -> tuple[torch.Tensor, torch.Tensor]:
     return loc, var.sqrt().clamp_min(vecnorm.eps)
 
 
-def _device(policy) -> torch.device | None:
+def _device(policy: Any) -> torch.device | None:
     try:
         return next(policy.parameters()).device
     except (AttributeError, StopIteration):

@@ -32,6 +32,7 @@ class EndKeys:
     info: dict[str, tuple] = field(default_factory=dict)
 
     def batch_keys(self) -> list[tuple]:
+        """Every key to read: the flags', then the info keys, each once."""
         keys = [k for k in (self.terminated, self.truncated) if k is not None]
         return keys + [k for k in self.info.values() if k not in keys]
 
@@ -41,7 +42,7 @@ def info_name(key: tuple[str, ...]) -> str:
     return "/".join(key)
 
 
-def _as_tuple(key) -> tuple[str, ...]:
+def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
     return (key,) if isinstance(key, str) else tuple(key)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDictBase
@@ -31,8 +31,12 @@ from simeval.worker.frames import FrameBuffer, can_render
 from simeval.worker.rollout import Episodes, StoppablePolicy, run_round
 from simeval.worker.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
 
+if TYPE_CHECKING:
+    from torchrl.collectors import BaseCollector
+    from torchrl.envs import EnvBase
 
-def _collector_cls(cls_or_name):
+
+def _collector_cls(cls_or_name: type | str | None) -> type:
     if cls_or_name is None:
         from torchrl.collectors import Collector
 
@@ -47,7 +51,7 @@ def _collector_cls(cls_or_name):
     return cls_or_name
 
 
-def _episode_return_key(env, reward_key: tuple) -> tuple | None:
+def _episode_return_key(env: EnvBase, reward_key: tuple) -> tuple | None:
     """The RewardSum output that accumulates ``reward_key``, if the env has one."""
     from torchrl.envs.transforms import RewardSum
 
@@ -116,8 +120,8 @@ class EvalWorker:
         self,
         settings: EvalSettings,
         *,
-        env=None,
-        policy=None,
+        env: EnvBase | None = None,
+        policy: Any = None,
         env_factory: Callable | None = None,
         policy_factory: Callable | None = None,
         stop: threading.Event | None = None,
@@ -138,6 +142,7 @@ class EvalWorker:
 
     # -- building -------------------------------------------------------
     def build(self) -> None:
+        """Build the env and policy (from the factories when not given) and the collector; once."""
         if self._collector is not None:
             return
         if self.env is None:
@@ -186,7 +191,7 @@ class EvalWorker:
             _move_policy(self.policy, device)
         return device
 
-    def _wrap(self, env):
+    def _wrap(self, env: EnvBase) -> EnvBase:
         """The env the rollout steps: ``env`` itself, or a wrapper of this worker's own around it.
 
         A step counter (episode lengths, ``max_steps``) is added when the env has
@@ -207,7 +212,7 @@ class EvalWorker:
             return env
         return TransformedEnv(env, Compose(*extra), auto_unwrap=False)
 
-    def _make_collector(self, env):
+    def _make_collector(self, env: EnvBase) -> BaseCollector:
         settings = self.settings
         max_steps = settings.max_steps
         fpb = settings.frames_per_batch or self._num_envs * batch_steps(max_steps, self._num_envs)
@@ -395,6 +400,7 @@ class EvalWorker:
             pipe.close()
 
     def close(self) -> None:
+        """Shut the collector down and close the env if this worker built it."""
         self._close_direct()
         if self._collector is not None:
             with contextlib.suppress(Exception):

@@ -18,6 +18,7 @@ from simeval.worker.vecnorm import innermost
 
 if TYPE_CHECKING:
     import numpy as np
+    from tensordict import TensorDictBase
     from torchrl.envs import EnvBase
 
 
@@ -74,7 +75,7 @@ class EpisodeFrames(Transform):
     def _frame(self) -> None:
         self.on_frame(render_first(self.parent))
 
-    def _reset(self, tensordict, tensordict_reset):
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         # A reset without a "_reset" mask starts a round (the worker resets every env);
         # auto-resets inside the round carry a mask, even when every sub-env is done.
         if tensordict is None or "_reset" not in tensordict.keys():
@@ -85,7 +86,7 @@ class EpisodeFrames(Transform):
             self._frame()
         return tensordict_reset
 
-    def _step(self, tensordict, next_tensordict):
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         if self._recording:
             self._frame()
             if bool(next_tensordict.get("done").reshape(-1)[0]):
@@ -108,9 +109,11 @@ class FrameBuffer(EpisodeFrames):
         self._frames: list = []
 
     def on_start(self) -> None:
+        """Drop the frames of an earlier round."""
         self._frames = []
 
     def on_frame(self, frame: np.ndarray) -> None:
+        """Keep a copy of ``frame``."""
         self._frames.append(frame.copy())
 
     def take(self) -> np.ndarray | None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
@@ -20,6 +21,10 @@ from tensordict.nn import TensorDictModuleBase
 
 from simeval.errors import Cancelled
 from simeval.worker import episode_ends
+
+if TYPE_CHECKING:
+    from torchrl.collectors import BaseCollector
+    from torchrl.envs import EnvBase
 
 
 @dataclass
@@ -54,6 +59,7 @@ class FirstDoneReward:
         self.closed = False
 
     def add(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """Count one batch's [E, T] rewards up to (and including) the first step any sub-env is done."""
         if self.closed:
             return
         any_done = done.any(0).nonzero()
@@ -64,6 +70,7 @@ class FirstDoneReward:
 
     @property
     def value(self) -> float:
+        """The mean per-step reward so far (NaN before any step)."""
         return self.total / self.steps if self.steps else float("nan")
 
 
@@ -87,6 +94,7 @@ class EpisodeTally:
 
     @property
     def finished(self) -> bool:
+        """Whether every sub-env has finished its quota of episodes."""
         return bool((self.completed >= self.quota).all())
 
     def add(
@@ -98,6 +106,11 @@ class EpisodeTally:
         traj_ids: torch.Tensor | None = None,
         ends: dict | None = None,
     ) -> None:
+        """Tally one batch of [E, T] tensors.
+
+        ``episode_return`` and ``step_count``, when given, are read at each episode's last step as its
+        return and length; otherwise they are summed and counted from ``reward``.
+        """
         ends = ends or {}
         if self._end_names is None:
             self._end_names = list(ends)
@@ -143,6 +156,7 @@ class EpisodeTally:
         return [c[order] for c in columns]
 
     def episodes(self) -> tuple[list[float], list[int], list[int]]:
+        """(returns, lengths, trajectory ids) of the kept episodes, in (sub-env, order) order."""
         if not self._kept:
             return [], [], []
         returns, lengths, ids, _ = self._ordered()
@@ -167,6 +181,7 @@ class StoppablePolicy(TensorDictModuleBase):
         self.out_keys = list(getattr(policy, "out_keys", []))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The wrapped policy's output for ``tensordict``; :class:`~simeval.errors.Cancelled` once stopped."""
         if self.stop.is_set():
             raise Cancelled("evaluation cancelled by shutdown()")
         return self.policy(tensordict)
@@ -183,8 +198,8 @@ def _flat_env(t: torch.Tensor, env_ndim: int) -> torch.Tensor:
 
 
 def run_round(
-    collector,
-    env,
+    collector: BaseCollector,
+    env: EnvBase,
     quotas: list[int],
     *,
     reward_key: tuple,
@@ -223,7 +238,7 @@ def run_round(
     return tally.episodes(time.perf_counter() - start, started_at)
 
 
-def _reset(collector, env, seed: int | None) -> None:
+def _reset(collector: BaseCollector, env: EnvBase, seed: int | None) -> None:
     """Seed every env (when ``seed`` is given) and reset them, so the round starts from fresh episodes."""
     if seed is not None:
         env.set_seed(seed)
@@ -292,7 +307,7 @@ class _RoundTally:
         trajectories = _select_trajectories(self.batches, ids) if self.keep_trajectories else None
         ends, keys = self.tally.end_values(), self.end_keys or episode_ends.EndKeys()
 
-        def flags(key):
+        def flags(key: tuple | None) -> list[bool] | None:
             return None if key is None else [bool(v) for v in ends[key]]
 
         return Episodes(

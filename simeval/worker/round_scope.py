@@ -10,21 +10,30 @@ flag is handled the same way by ``vecnorm.frozen_for_round``.)
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from simeval.worker import vecnorm
 
+if TYPE_CHECKING:
+    from torchrl.collectors import BaseCollector
+    from torchrl.envs import EnvBase
+    from torchrl.envs.transforms import StepCounter
+    from torchrl.envs.utils import ExplorationType
 
-def step_counters(env) -> list:
+
+def step_counters(env: EnvBase) -> list[StepCounter]:
+    """The ``StepCounter`` transforms around ``env`` (and its nested and serial sub-envs)."""
     from torchrl.envs.transforms import StepCounter
 
     return [t for t in vecnorm.iter_transforms(env) if isinstance(t, StepCounter)]
 
 
 @contextlib.contextmanager
-def eval_mode(policy) -> Any:
+def eval_mode(policy: Any) -> Iterator[None]:
+    """Run the block with ``policy`` (an ``nn.Module``) in eval mode, back in training mode after if it was."""
     was_training = policy.training if isinstance(policy, nn.Module) else None
     if was_training:
         policy.eval()
@@ -36,7 +45,7 @@ def eval_mode(policy) -> Any:
 
 
 @contextlib.contextmanager
-def max_steps_for_round(env, max_steps: int | None):
+def max_steps_for_round(env: EnvBase, max_steps: int | None) -> Iterator[None]:
     """Honour ``max_steps`` with the env's step counters (their caps restored afterwards)."""
     counters = step_counters(env) if max_steps is not None else []
     before = [c.max_steps for c in counters]
@@ -50,7 +59,8 @@ def max_steps_for_round(env, max_steps: int | None):
 
 
 @contextlib.contextmanager
-def exploration_for_round(collector, name: str | None):
+def exploration_for_round(collector: BaseCollector, name: str | None) -> Iterator[None]:
+    """Run the block with the collector's exploration type set to ``name`` (None: unchanged), then restore it."""
     before = collector.exploration_type
     if name is not None:
         collector.exploration_type = exploration(name)
@@ -60,7 +70,7 @@ def exploration_for_round(collector, name: str | None):
         collector.exploration_type = before
 
 
-def exploration(name: Any):
+def exploration(name: Any) -> ExplorationType:
     """The ``ExplorationType`` member called ``name`` (a member passes through)."""
     from torchrl.envs.utils import ExplorationType
 

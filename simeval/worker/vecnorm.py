@@ -47,6 +47,7 @@ def iter_transforms(env: EnvBase) -> Iterator[Transform]:
 
 
 def vecnorms(env: EnvBase) -> list[Transform]:
+    """The VecNorm transforms (``VecNormV2`` or the legacy ``VecNorm``) of ``env`` and its sub-envs."""
     return [t for t in iter_transforms(env) if isinstance(t, _VECNORM_TYPES)]
 
 

@@ -13,7 +13,14 @@ weights in external files are refused.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+    from tensordict.nn import TensorDictModule
+    from torchrl.envs import EnvBase
+
+    from simeval.checkpoints.base import Checkpoint
 
 NAME = "onnx"
 WATCH = ["*.onnx"]
@@ -46,11 +53,12 @@ def recognises(path: str, raw: bytes | None, data: Any) -> bool:
 
 
 def step_of(path: str, data: Any) -> int:
+    """The step ``simeval.export`` stored in the model's metadata, else 0."""
     model = _parse(path, None)
     return _step(_props(model)) if model is not None else 0
 
 
-def read(path: str, raw: bytes | None, data: Any):
+def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     """A Checkpoint whose policy is the ONNX graph in ``path`` (bytes ``raw``)."""
     import torch
     from tensordict import TensorDict
@@ -86,7 +94,7 @@ def read(path: str, raw: bytes | None, data: Any):
     )
 
 
-def io_dims(model, path: str) -> tuple[int, int]:
+def io_dims(model: ModelProto, path: str) -> tuple[int, int]:
     """(observation features, action dims) of a one-input, one-output policy graph; CheckpointError otherwise."""
     from onnx import TensorProto
 
@@ -112,7 +120,7 @@ def io_dims(model, path: str) -> tuple[int, int]:
     return dims[0], dims[1]
 
 
-def actor(env, path: str | None = None):
+def actor(env: EnvBase, path: str | None = None) -> TensorDictModule:
     """``observation -> action`` by onnxruntime; the graph comes with the weights, or from the file ``path``.
 
     Runs on the CUDA provider when the env lives on a GPU and onnxruntime has
@@ -146,7 +154,7 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def _parse(path: str, raw: bytes | None):
+def _parse(path: str, raw: bytes | None) -> ModelProto | None:
     """The ModelProto in ``raw`` (or the file), or None when it is not one with a graph."""
     import onnx
     from google.protobuf.message import DecodeError
@@ -158,7 +166,7 @@ def _parse(path: str, raw: bytes | None):
     return model if model.HasField("graph") and len(model.graph.node) > 0 else None
 
 
-def _props(model) -> dict[str, str]:
+def _props(model: ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
@@ -169,5 +177,5 @@ def _step(props: dict[str, str]) -> int:
         return 0
 
 
-def _opset(model) -> int | str:
+def _opset(model: ModelProto) -> int | str:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")

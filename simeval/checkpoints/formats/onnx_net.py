@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import torch
 
@@ -54,7 +56,7 @@ class OnnxPolicy(torch.nn.Module):
         self._fixed_batch = inp.shape[0] if self._rank == 2 and isinstance(inp.shape[0], int) else None
         self._model, self._session = bytes(model), session
 
-    def _providers(self, ort) -> list:
+    def _providers(self, ort: ModuleType) -> list:
         device = self.env_device or ""
         if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
             index = int(device.split(":", 1)[1]) if ":" in device else 0
@@ -62,6 +64,7 @@ class OnnxPolicy(torch.nn.Module):
         return ["CPUExecutionProvider"]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions (..., act_dim) for observations ``obs`` (..., obs_dim); zeros until a model is loaded."""
         lead = obs.shape[:-1]
         if self._session is None:  # the initial state, as a fresh network's random weights: no model yet
             return torch.zeros(*lead, self.act_dim, dtype=self.action_dtype, device=obs.device)
@@ -81,11 +84,13 @@ class OnnxPolicy(torch.nn.Module):
         return self._session.run([self._out_name], {self._in_name: x})[0]
 
     def get_extra_state(self) -> dict:
+        """``{"model": uint8 tensor}`` of the loaded model's bytes, or ``{}`` before one is loaded."""
         if self._model is None:
             return {}
         return {"model": torch.frombuffer(bytearray(self._model), dtype=torch.uint8)}
 
     def set_extra_state(self, state: dict) -> None:
+        """Load the model whose bytes ``state`` holds (what :meth:`get_extra_state` returns); ``{}`` keeps it."""
         if state:
             self.load_model(state["model"].detach().cpu().numpy().tobytes())
 
@@ -100,5 +105,6 @@ class OnnxPolicy(torch.nn.Module):
             self.load_model(self._model)
 
     def extra_repr(self) -> str:
+        """The dimensions and the loaded model's size, for the module's repr."""
         loaded = f"{len(self._model)} bytes" if self._model is not None else "no model loaded"
         return f"obs_dim={self.obs_dim}, act_dim={self.act_dim}, {loaded}"

@@ -28,7 +28,15 @@ import pickle
 import re
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import TensorSpec
+    from torchrl.envs import EnvBase
+
+    from simeval.checkpoints.base import Checkpoint
 
 NAME = "rl_games"
 # Periodic saves only: the max_epochs save ("_rew__<r>_") repeats the last periodic epoch when max_epochs is a
@@ -48,6 +56,7 @@ _UNSUPPORTED = {
 
 
 def recognises(path: str, raw: bytes | None, data: Any) -> bool:
+    """Whether the file is an rl_games save: a ``model`` dict with ``a2c_network.*`` weights."""
     data = _data(path, raw, data)
     model = data.get("model") if isinstance(data, dict) else None
     return isinstance(model, dict) and any(str(k).removeprefix(COMPILED).startswith("a2c_network.") for k in model)
@@ -67,7 +76,7 @@ def step_of(path: str, data: Any) -> int:
     return int(found.group(1))
 
 
-def read(path: str, raw: bytes | None, data: Any):
+def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     """A Checkpoint for rl_games' saved dict ``data`` (read from ``path``)."""
     global _last
     from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
@@ -179,7 +188,7 @@ def _finite(value: Any) -> float | None:
 
 
 def actor(
-    env,
+    env: EnvBase,
     units: Sequence[int] = (256, 128, 64),
     activation: str = "elu",
     mu_activation: str = "None",
@@ -187,7 +196,7 @@ def actor(
     clip_actions: bool = True,
     action_bound: float | None = None,
     clip_observations: float | None = None,
-):
+) -> TensorDictModule:
     """rl_games' deterministic continuous actor for ``env``; actions rescaled to ``+-action_bound`` or the env's bounds.
 
     An env without finite action bounds (Isaac Lab's specs) gets [-1, 1], the
@@ -223,7 +232,7 @@ def actor(
     return stamp(module, FACTORY, kwargs)
 
 
-def _env_bounds(spec, act_dim: int):
+def _env_bounds(spec: TensorSpec, act_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     space = getattr(spec, "space", None)

@@ -30,6 +30,7 @@ class RunningMeanStd(torch.nn.Module):
         self.register_buffer("count", torch.ones((), dtype=torch.float64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised and clamped observations, same shape as ``x`` (..., dim)."""
         y = (x - self.running_mean.float()) / torch.sqrt(self.running_var.float() + self.epsilon)
         return torch.clamp(y, min=-5.0, max=5.0)
 
@@ -52,6 +53,7 @@ class A2CActor(torch.nn.Module):
         self.mu_act = ACTIVATIONS[mu_activation]()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action mean (..., act_dim) for observations ``obs`` (..., obs_dim)."""
         return self.mu_act(self.mu(self.actor_mlp(obs)))
 
 
@@ -80,6 +82,7 @@ class RlGamesActor(torch.nn.Module):
         self.register_buffer("actions_high", high.float().clone(), persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions (..., act_dim) for observations ``obs`` (..., obs_dim)."""
         if self.clip_observations is not None:
             obs = torch.clamp(obs, -self.clip_observations, self.clip_observations)
         mu = self.a2c_network(self.running_mean_std(obs))

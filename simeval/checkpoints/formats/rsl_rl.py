@@ -15,7 +15,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModule
+    from torchrl.envs import EnvBase
+
+    from simeval.checkpoints.base import Checkpoint
 
 NAME = "rsl_rl"
 WATCH = ["model_*.pt"]  # OnPolicyRunner.save: <log_dir>/model_<iteration>.pt
@@ -24,14 +30,16 @@ _LINEAR = re.compile(r"^mlp\.(\d+)\.weight$")
 
 
 def recognises(path: str, raw: bytes | None, data: Any) -> bool:
+    """Whether ``data`` is an OnPolicyRunner save (an ``actor_state_dict`` and ``iter``)."""
     return isinstance(data, dict) and isinstance(data.get("actor_state_dict"), dict) and "iter" in data
 
 
 def step_of(path: str, data: Any) -> int:
+    """The training iteration (``iter``)."""
     return int(data["iter"])
 
 
-def read(path: str, raw: bytes | None, data: Any):
+def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     """A Checkpoint for rsl_rl's saved dict ``data`` (read from ``path``)."""
     from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
     from simeval.checkpoints.formats.yaml_params import run_params
@@ -88,12 +96,12 @@ def _normalised(agent: dict) -> bool:
 
 
 def actor(
-    env,
+    env: EnvBase,
     hidden_dims: Sequence[int] = (256, 256, 256),
     activation: str = "elu",
     obs_normalization: bool = False,
     clip_actions: float | None = None,
-):
+) -> TensorDictModule:
     """rsl_rl's MLP actor in inference mode: ``observation -> [normalise] -> MLP -> mean [-> clip]``."""
     from tensordict.nn import TensorDictModule
 

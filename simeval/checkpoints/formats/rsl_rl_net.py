@@ -23,6 +23,7 @@ class EmpiricalNorm(torch.nn.Module):
         self.register_buffer("_std", torch.ones(1, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise observations ``x`` (..., dim) with the stored mean and std; same shape."""
         return (x - self._mean) / (self._std + self.eps)
 
 
@@ -51,6 +52,7 @@ class RslRlActor(torch.nn.Module):
         self.clip_actions = clip_actions
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions (..., act_dim), the Gaussian's mean, for observations ``obs`` (..., obs_dim)."""
         out = self.mlp(self.obs_normalizer(obs))
         if self.clip_actions is not None:
             out = out.clamp(-self.clip_actions, self.clip_actions)

@@ -34,11 +34,18 @@ import os
 import pickle
 import re
 import zipfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints.formats.sb3_vecnormalize import CALLBACK_STEPS, error
 from simeval.checkpoints.formats.sb3_vecnormalize import find as find_vecnormalize
 from simeval.checkpoints.formats.sb3_vecnormalize import read as read_vecnormalize
+
+if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import TensorSpec
+    from torchrl.envs import EnvBase
+
+    from simeval.checkpoints.base import Checkpoint
 
 NAME = "sb3"
 WATCH = ["*.zip"]  # model.save(<name>) and CheckpointCallback's <prefix>_<N>_steps.zip
@@ -59,6 +66,7 @@ _KNOWN_PREFIXES = {
 
 
 def recognises(path: str, raw: bytes | None, data: Any) -> bool:
+    """Whether the file is a zip holding ``data`` and ``policy.pth`` (an SB3 ``model.save``)."""
     if data is not None:
         return False
     try:
@@ -77,7 +85,7 @@ def step_of(path: str, data: Any) -> int:
         return int(_json(path, z)["num_timesteps"])
 
 
-def read(path: str, raw: bytes | None, data: Any):
+def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     """A Checkpoint for the SB3 zip at ``path`` (``raw``: its bytes)."""
     from simeval.checkpoints.base import Checkpoint, unflatten
 
@@ -135,7 +143,7 @@ def read(path: str, raw: bytes | None, data: Any):
 
 
 def actor(
-    env,
+    env: EnvBase,
     algorithm: str,
     obs_dim: int,
     hidden_dims: list[int],
@@ -144,7 +152,7 @@ def actor(
     action_high: list[float],
     squash_output: bool = False,
     obs_norm: dict | None = None,
-):
+) -> TensorDictModule:
     """SB3's deterministic actor (``predict(deterministic=True)``) as an ``observation -> action`` module."""
     from tensordict.nn import TensorDictModule
 
@@ -317,7 +325,7 @@ def _check_net_arch(path: str, policy_kwargs: Any, hidden: list[int]) -> None:
         raise error(path, f"features_extractor_class {extractor}: only MlpPolicy's FlattenExtractor is supported")
 
 
-def _check_bounds(spec, low: list[float], high: list[float]) -> None:
+def _check_bounds(spec: TensorSpec, low: list[float], high: list[float]) -> None:
     """The env's action bounds must be the ones the policy was trained with (SB3 clips/rescales to these)."""
     space = getattr(spec, "space", None)
     if getattr(space, "low", None) is None:

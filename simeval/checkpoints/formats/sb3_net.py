@@ -44,6 +44,7 @@ class ObsRms(nn.Module):
         self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalised, clipped observations (float32), same shape as ``obs`` (..., dim)."""
         out = (obs.double() - self.mean) / torch.sqrt(self.var + self.epsilon)
         return out.clamp(-self.clip_obs, self.clip_obs).float()
 
@@ -88,6 +89,7 @@ class SB3Actor(nn.Module):
         self.register_buffer("high", torch.tensor(high, dtype=torch.float32), persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions (..., act_dim) within the bounds, for observations ``obs`` (..., obs_dim)."""
         x = self.obs_rms(obs) if self.obs_rms is not None else obs.float()
         if self.algorithm == "ppo":
             out = self.action_net(self.mlp_extractor.policy_net(x))

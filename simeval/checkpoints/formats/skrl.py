@@ -21,9 +21,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensordict.nn import TensorDictModule
+    from torchrl.envs import EnvBase
+
+    from simeval.checkpoints.base import Checkpoint, CheckpointError
+
+    Fail = Callable[[str], CheckpointError]  # the error to raise for a problem, naming the file
 
 NAME = "skrl"
 # write_checkpoint: <experiment>/checkpoints/agent_<timestep>.pt; best_agent.pt is no step and is not watched.
@@ -63,7 +71,7 @@ def step_of(path: str, data: Any) -> int:
     return int(found.group(1)) if found else 0
 
 
-def read(path: str, raw: bytes | None, data: Any):
+def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     """A Checkpoint for skrl's saved agent ``data`` (read from ``path``)."""
     from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
     from simeval.checkpoints.formats.skrl_net import layer_indices
@@ -107,7 +115,7 @@ def read(path: str, raw: bytes | None, data: Any):
     )
 
 
-def _gaussian_policy(path: str, raw: bytes | None, data: Any, fail) -> dict:
+def _gaussian_policy(path: str, raw: bytes | None, data: Any, fail: Fail) -> dict:
     """The policy's state_dict, checked to be an skrl Gaussian policy's (a state-independent ``log_std_parameter``)."""
     if not recognises(path, raw, data):
         raise fail("not an skrl checkpoint (no policy state_dict among the agent's modules).")
@@ -120,7 +128,7 @@ def _gaussian_policy(path: str, raw: bytes | None, data: Any, fail) -> dict:
     return state
 
 
-def _mlp_dims(state: dict, linears: list[tuple[str, str | None]], fail) -> tuple[int, int, list[int]]:
+def _mlp_dims(state: dict, linears: list[tuple[str, str | None]], fail: Fail) -> tuple[int, int, list[int]]:
     """(observation size, action size, hidden sizes), checked: the layers chain into an MLP the log std fits."""
     shapes = [tuple(state[w].shape) for w, _ in linears]
     if any(len(s) != 2 for s in shapes) or any(a[0] != b[1] for a, b in pairwise(shapes)):
@@ -132,7 +140,7 @@ def _mlp_dims(state: dict, linears: list[tuple[str, str | None]], fail) -> tuple
 
 
 def _architecture(
-    path: str, run: dict | None, spec: dict | None, hidden: list[int], present: list[bool | None], fail
+    path: str, run: dict | None, spec: dict | None, hidden: list[int], present: list[bool | None], fail: Fail
 ) -> tuple[list[str | None], str, bool, str]:
     """(activations, output, clip_mean_actions, where they come from): the run's config, else the weights."""
     if spec is None:
@@ -162,7 +170,7 @@ def _actor_weights(
     return weights
 
 
-def _linears(state: dict, hand_written_ok: bool, fail) -> tuple[list[tuple[str, str | None]], bool]:
+def _linears(state: dict, hand_written_ok: bool, fail: Fail) -> tuple[list[tuple[str, str | None]], bool]:
     """The policy's Linear layers in order as (weight key, bias key or None), and whether a head follows a shared body.
 
     The model instantiator names its Sequential ``<name>_container`` and, in a
@@ -221,7 +229,7 @@ def _activations_present(linears: list, shared: bool) -> list[bool | None]:
     return [*present, None] if shared else present
 
 
-def _policy_spec(run: dict, fail) -> dict | None:
+def _policy_spec(run: dict, fail: Fail) -> dict | None:
     """``models.policy`` of the run's config in the instantiator's format (the deprecated format converted)."""
     models = run.get("models")
     policy = models.get("policy") if isinstance(models, dict) else None
@@ -255,7 +263,9 @@ def _convert_deprecated(policy: dict) -> dict:
     return {"network": [network], "output": f"{scale} * {output}" if scale != 1.0 else output}
 
 
-def _from_spec(spec: dict, hidden: list[int], present: list[bool | None], fail) -> tuple[list[str | None], str, bool]:
+def _from_spec(
+    spec: dict, hidden: list[int], present: list[bool | None], fail: Fail
+) -> tuple[list[str | None], str, bool]:
     """(activation per hidden layer, output expression, clip_mean_actions) from the config, checked with the weights."""
     from simeval.checkpoints.formats.skrl_net import ACTIVATIONS
 
@@ -289,7 +299,7 @@ def _from_spec(spec: dict, hidden: list[int], present: list[bool | None], fail) 
     return activations, output, bool(spec.get("clip_mean_actions", False))
 
 
-def _expand(activations: Any, n: int, where: str, fail) -> list:
+def _expand(activations: Any, n: int, where: str, fail: Fail) -> list:
     """The instantiator's expansion: one name for every layer, or one per layer."""
     if isinstance(activations, str) or activations is None:
         return [activations] * n
@@ -298,7 +308,7 @@ def _expand(activations: Any, n: int, where: str, fail) -> list:
     raise fail(f"{where}: {len(activations)} activations for {n} layers.")
 
 
-def _check_output(output: str, fail) -> None:
+def _check_output(output: str, fail: Fail) -> None:
     from simeval.checkpoints.formats.skrl_net import parse_output
 
     try:
@@ -308,7 +318,7 @@ def _check_output(output: str, fail) -> None:
 
 
 def _normaliser(
-    data: dict, run: dict | None, spec: dict | None, obs_dim: int, fail
+    data: dict, run: dict | None, spec: dict | None, obs_dim: int, fail: Fail
 ) -> tuple[str | None, dict | None, str]:
     """The checkpoint key of the observation preprocessor (or None), its kwargs, and a note for meta.
 
@@ -370,14 +380,14 @@ def _agent_yaml(path: str) -> dict | None:
 
 
 def actor(
-    env,
+    env: EnvBase,
     hidden_dims: Sequence[int] = (64, 64),
     activations: Sequence[str | None] | None = None,
     biases: Sequence[bool] | None = None,
     output: str = "ACTIONS",
     obs_norm: dict | None = None,
     clip_mean_actions: bool = False,
-):
+) -> TensorDictModule:
     """skrl's Gaussian policy in eval mode: ``observation -> [standardise] -> MLP -> output -> mean_actions``."""
     import torch
     from tensordict.nn import TensorDictModule

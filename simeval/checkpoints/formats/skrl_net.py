@@ -106,6 +106,7 @@ class Standardizer(torch.nn.Module):
         self.register_buffer("running_variance", torch.ones(dim, dtype=torch.float64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Standardised, clipped observations, same shape as ``x`` (..., dim)."""
         scaled = (x - self.running_mean.float()) / (torch.sqrt(self.running_variance.float()) + self.epsilon)
         return scaled.clamp(-self.clip_threshold, self.clip_threshold)
 
@@ -146,6 +147,7 @@ class SkrlGaussianActor(torch.nn.Module):
         self.register_buffer("clip_high", high.float(), persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's mean actions (..., act_dim) for observations ``obs`` (..., obs_dim)."""
         out = _apply(self.output, self.mlp(self.obs_scaler(obs)))
         if self.clip:
             out = torch.clamp(out, min=self.clip_low, max=self.clip_high)

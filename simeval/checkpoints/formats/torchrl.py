@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simeval.checkpoints.base import Checkpoint
 
 NAME = "torchrl"
 WATCH = ["*.pt"]
@@ -54,11 +57,13 @@ def _layout(state: dict) -> str | None:
 
 
 def recognises(path: str, raw: bytes | None, data: Any) -> bool:
+    """Whether ``data`` holds an actor ``state_dict`` (keys ``module.*``), alone or under "actor"/"policy"."""
     actor, _ = _parts(data)
     return actor is not None and all(isinstance(k, str) and k.startswith("module.") for k in actor)
 
 
 def step_of(path: str, data: Any) -> int:
+    """The saved "step", "frames" or "collected_frames", else the last number in the file name, else 0."""
     for key in ("step", "frames", "collected_frames"):
         if isinstance(data, dict) and key in data and not isinstance(data[key], dict):
             return int(data[key])
@@ -66,7 +71,11 @@ def step_of(path: str, data: Any) -> int:
     return int(numbers[-1]) if numbers else 0
 
 
-def read(path: str, raw: bytes | None, data: Any):
+def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
+    """A Checkpoint for a torchrl actor ``state_dict`` (and VecNormV2 statistics) in ``data``.
+
+    Raises :class:`~simeval.checkpoints.CheckpointError` when there is no actor or simeval does not know its layout.
+    """
     from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
 
     actor, norm = _parts(data)
