@@ -12,17 +12,21 @@ import io
 import os
 import pickle
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from simeval.checkpoints import formats
 from simeval.checkpoints.base import Checkpoint, CheckpointError
 
+_T = TypeVar("_T")
 
-def _refusal(path: str, exc: BaseException, raw: bytes | None = None) -> CheckpointError:
-    """One line saying why torch refused or failed to load ``path`` (``raw``: its bytes, when at hand)."""
-    if raw is not None and not raw:
+
+def _refusal(path: str, exc: BaseException, raw: bytes) -> CheckpointError:
+    """One line saying why torch refused or failed to load ``path`` (``raw``: its bytes)."""
+    if not raw:
         return CheckpointError(f"{path}: empty file (0 bytes): a checkpoint that was never written.")
     reason = str(exc).strip().split(". ")[0].splitlines()[0][:160] if str(exc).strip() else ""
-    if raw is not None and b"PK\x03\x04".startswith(raw[:4]) and not _sound_zip(raw) or isinstance(exc, EOFError):
+    if b"PK\x03\x04".startswith(raw[:4]) and _zip_names(raw) is None or isinstance(exc, EOFError):
         # torch's files are zip archives: a cut or damaged one fails in its zip reader, or ends early.
         return CheckpointError(f"{path}: truncated or corrupt file ({type(exc).__name__}: {reason}).")
     if isinstance(exc, pickle.UnpicklingError):
@@ -52,49 +56,57 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
     except IsADirectoryError:
         raise CheckpointError(f"{path}: a directory, not a checkpoint file (--watch takes a run directory).") from None
     data, err = formats.torch_data(raw)
-    if isinstance(err, pickle.UnpicklingError) and formats.detect(path, raw, None) is None:
-        # A torch file that carries code: refused, whatever --format says. Files of a format read without
-        # torch (ONNX: the weights-only unpickler fails on its first byte) go to that format's reader.
-        raise _refusal(path, err, raw)
-    name = format or formats.detect(path, raw, data)
-    if name is None:
-        raise _unreadable(path, err, raw)
-    try:
-        ck = formats.module(name).read(path, raw, data)
-    except CheckpointError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes a reader trip on: one line naming it
-        raise _malformed(path, name, exc) from None
+    name = _format_of(path, raw, data, err, format)
+    ck = _reading(path, name, lambda: formats.module(name).read(path, raw, data))
     ck.sha256 = hashlib.sha256(raw).hexdigest()
     return ck
 
 
-def _unreadable(path: str, err: BaseException | None, raw: bytes) -> CheckpointError:
-    """Why no format recognises ``path``: torch could not read it (damaged, refused), or it is of no known kind."""
-    if err is not None and not _zip_of_another_kind(raw):
-        return _refusal(path, err, raw)
-    return _unknown(path)
+def _format_of(path: str, raw: bytes | None, data: Any, err: BaseException | None, format: str | None) -> str:
+    """The format that reads ``path``, or the CheckpointError saying why none can.
+
+    ``raw`` is the file's bytes, or None where only the step is wanted (read from
+    disk then only to word an error); ``data``/``err`` are torch's load of it.
+    """
+    if isinstance(err, pickle.UnpicklingError) and formats.detect(path, raw, None) is None:
+        # A torch file that carries code: refused, whatever --format says. Files of a format read without
+        # torch (ONNX: the weights-only unpickler fails on its first byte) go to that format's reader.
+        raise _refusal(path, err, _bytes(path, raw))
+    name = format or formats.detect(path, raw, data)
+    if name is None:
+        raw = _bytes(path, raw)
+        names = _zip_names(raw)
+        of_another_kind = names is not None and not any(n.endswith("data.pkl") for n in names)  # not a torch zip
+        raise _refusal(path, err, raw) if err is not None and not of_another_kind else _unknown(path)
+    return name
 
 
-def _zip_of_another_kind(raw: bytes) -> bool:
-    """A sound zip that is no torch file (an SB3 zip of another layout), rather than a damaged torch file."""
-    import zipfile
-
-    if not _sound_zip(raw):
-        return False
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        return not any(name.endswith("data.pkl") for name in z.namelist())
+def _bytes(path: str, raw: bytes | None) -> bytes:
+    if raw is not None:
+        return raw
+    with open(path, "rb") as f:
+        return f.read()
 
 
-def _sound_zip(raw: bytes) -> bool:
-    """A zip archive whose directory lists and whose members' CRCs check out."""
+def _reading(path: str, name: str, call: Callable[[], _T]) -> _T:
+    """``call()``, a reader's work on ``path``; whatever a damaged file makes it trip on becomes one line."""
+    try:
+        return call()
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line naming the file, whatever the reader tripped on
+        raise _malformed(path, name, exc) from None
+
+
+def _zip_names(raw: bytes) -> list[str] | None:
+    """The member names of a sound zip archive (directory lists, CRCs check out); None for a damaged or no zip."""
     import zipfile
 
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
-            return z.testzip() is None
+            return z.namelist() if z.testzip() is None else None
     except Exception:  # noqa: BLE001 - BadZipFile, an undecodable name, a cut member: all damage
-        return False
+        return None
 
 
 def _malformed(path: str, name: str, exc: BaseException) -> CheckpointError:
@@ -131,19 +143,8 @@ def peek_step(path: str | os.PathLike, format: str | None = None) -> int:
         data, err = torch.load(path, map_location="cpu", weights_only=True, mmap=True), None
     except Exception as exc:  # noqa: BLE001 - not a torch file (a zip, ONNX), or one that is refused
         data, err = None, exc
-    if isinstance(err, pickle.UnpicklingError) and formats.detect(path, None, None) is None:
-        with open(path, "rb") as f:
-            raise _refusal(path, err, f.read())
-    name = format or formats.detect(path, None, data)
-    if name is None:
-        with open(path, "rb") as f:
-            raise _unreadable(path, err, f.read())
-    try:
-        return int(formats.module(name).step_of(path, data))
-    except CheckpointError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes a reader trip on: one line naming it
-        raise _malformed(path, name, exc) from None
+    name = _format_of(path, None, data, err, format)
+    return _reading(path, name, lambda: int(formats.module(name).step_of(path, data)))
 
 
 def file_hash(path: str | os.PathLike) -> str:
