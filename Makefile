@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
-	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs]"
+	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle]"
 	touch $@
 
 # pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).

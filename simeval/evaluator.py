@@ -12,15 +12,72 @@ simeval before its simulator's ``init_fn`` has run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from simeval import backends, metrics
 from simeval.requests import Request, RequestQueue, check_busy_policy
-from simeval.settings import EvalSettings, as_info_keys, as_key, exploration_name
+from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key, exploration_name
 
 if TYPE_CHECKING:
     from simeval.backends.base import Backend
+
+
+class _DefaultCount(int):
+    """torchrl's default ``num_trajectories`` (10), told apart from a 10 given explicitly (``is``)."""
+
+
+_DEFAULT_TRAJECTORIES = _DefaultCount(10)
+
+
+def _check_budget(time_budget_s: Any, num_trajectories: int) -> None:
+    if time_budget_s is None:
+        return
+    if num_trajectories is not _DEFAULT_TRAJECTORIES:
+        raise ValueError(
+            "give num_trajectories or time_budget_s, not both: time_budget_s chooses each round's episode count."
+        )
+    ok = isinstance(time_budget_s, (int, float)) and not isinstance(time_budget_s, bool)
+    if not ok or not (0 < time_budget_s < math.inf):
+        raise ValueError(f"time_budget_s must be a number of seconds > 0, got {time_budget_s!r}.")
+
+
+def episodes_for_budget(time_budget_s: float, round_seconds: float, num_episodes: int, num_envs: int) -> int:
+    """The episode count of a round that fits in ``time_budget_s``, from an earlier round's measured time.
+
+    Sub-env ``i`` of ``n`` runs ``(N + i) // n`` episodes side by side with the others, so a round
+    takes about ``ceil(N / n)`` waves, each as long as one sub-env's episode; a partial wave costs
+    as much as a full one. The earlier round (``num_episodes`` episodes on ``num_envs`` sub-envs
+    in ``round_seconds``) gives the seconds per wave; the count is a whole number of waves,
+    ``max(1, floor(time_budget_s / seconds_per_wave))``, times ``num_envs``: never fewer than
+    ``num_envs`` episodes.
+    """
+    waves_run = -(-num_episodes // num_envs)  # the earlier round's largest quota
+    seconds_per_wave = round_seconds / waves_run
+    waves = max(1, math.floor(time_budget_s / seconds_per_wave)) if seconds_per_wave > 0 else 1
+    return waves * num_envs
+
+
+class _TimeBudget:
+    """The caller's record of the latest round's rate, and the next round's count from it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+        self._last: tuple[float, int, int] | None = None  # (round seconds, episodes, sub-envs) of the latest round
+
+    def next_count(self) -> int | None:
+        """The next round's episode count; None before any round was measured (the worker runs one wave)."""
+        if self._last is None:
+            return None
+        return episodes_for_budget(self.seconds, *self._last)
+
+    def measured(self, raw: Mapping[str, Any]) -> None:
+        """Keep a finished round's time: the latest rate, since policies change during training."""
+        seconds, episodes = float(raw["seconds"]), int(raw["num_episodes"])
+        num_envs = int(raw.get("num_envs") or episodes)
+        if math.isfinite(seconds) and seconds > 0 and episodes > 0:
+            self._last = (seconds, episodes, num_envs)
 
 
 def _check_workers(backend: str, num_workers: Any, max_restarts: Any) -> None:
@@ -71,6 +128,12 @@ class Evaluator:
     each episode's last step and reported as their means over the episodes,
     beside ``terminated_fraction`` / ``truncated_fraction`` and the env's
     ``("next", "log")`` entries (see ``simeval.worker.episode_ends``).
+    ``time_budget_s`` replaces ``num_trajectories`` (give one of them): each
+    round's count is chosen before it starts, from the latest round's measured
+    time, as the most whole waves of ``num_envs`` complete episodes that fit in
+    the budget (see :func:`episodes_for_budget`); the first round runs one wave.
+    Results then also carry ``<prefix>/time_budget_s``, ``<prefix>/round_seconds``
+    (the rollout's measured time) and ``<prefix>/num_envs``.
     """
 
     def __init__(
@@ -79,7 +142,8 @@ class Evaluator:
         policy: Any = None,
         *,
         policy_factory: Callable[..., Any] | None = None,
-        num_trajectories: int = 10,
+        num_trajectories: int = _DEFAULT_TRAJECTORIES,
+        time_budget_s: float | None = None,
         max_steps: int | None = None,
         frames_per_batch: int | None = None,
         collector_cls: type | str | None = None,
@@ -112,10 +176,12 @@ class Evaluator:
             raise ValueError(f"Unknown backend {backend!r}. Choose 'thread', 'process', or 'ray'.")
         _check_workers(backend, num_workers, max_restarts)
         _check_arguments(policy, policy_factory, num_trajectories, max_steps, init_fn)
+        _check_budget(time_budget_s, num_trajectories)
         if backend == "thread" and weight_sync_schemes is not None:
             backend = "process"  # as in torchrl: schemes imply a worker process
         settings = EvalSettings(
-            num_trajectories=num_trajectories,
+            # a budget's first round: one episode per sub-env (one wave); later rounds set their own count
+            num_trajectories=None if time_budget_s is not None else int(num_trajectories),
             max_steps=max_steps,
             frames_per_batch=frames_per_batch,
             collector_cls=collector_cls,
@@ -141,17 +207,30 @@ class Evaluator:
             max_restarts=max_restarts,
             info={"log_prefix": log_prefix, "keep_episodes": keep_episodes},
         )
-        self._attach(backends.create(backend, recipe, options), log_prefix, keep_episodes, on_result, busy_policy)
+        budget = _TimeBudget(time_budget_s) if time_budget_s is not None else None
+        created = backends.create(backend, recipe, options)
+        self._attach(created, log_prefix, keep_episodes, on_result, busy_policy, budget)
 
     def _attach(
-        self, backend: Backend, log_prefix: str, keep_episodes: bool, on_result: Callable | None, busy_policy: str
+        self,
+        backend: Backend,
+        log_prefix: str,
+        keep_episodes: bool,
+        on_result: Callable | None,
+        busy_policy: str,
+        budget: _TimeBudget | None = None,
     ) -> None:
         self._log_prefix = log_prefix
         self._keep_episodes = keep_episodes
         self._user_on_result = on_result
+        self._budget = budget
         self.backend_name = backend.name
         self._front = RequestQueue(
-            backend, self._finalize, self._call_on_result if on_result is not None else None, busy_policy
+            backend,
+            self._finalize,
+            self._call_on_result if on_result is not None else None,
+            busy_policy,
+            prepare=self._plan_round if budget is not None else None,
         )
 
     @property
@@ -240,8 +319,18 @@ class Evaluator:
                 "call trigger_eval() there instead."
             )
 
+    def _plan_round(self, request: Request) -> None:
+        """Set the round's episode count from the time budget, just before it starts (after the last result)."""
+        request.overrides = RoundOverrides(num_trajectories=self._budget.next_count())
+
     def _finalize(self, raw: dict[str, Any], request: Request) -> dict[str, Any]:
         result = metrics.prefixed(raw, self._log_prefix, self._keep_episodes)
+        if self._budget is not None:
+            self._budget.measured(raw)
+            prefix = self._log_prefix
+            result[f"{prefix}/time_budget_s"] = self._budget.seconds
+            result[f"{prefix}/round_seconds"] = float(raw["seconds"])
+            result[f"{prefix}/num_envs"] = int(raw.get("num_envs") or raw["num_episodes"])
         if self._keep_episodes or raw.get("video") is not None:
             import torch
 

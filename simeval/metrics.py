@@ -16,8 +16,11 @@ import numpy as np
 CORE_KEYS = ("reward", "reward_std", "num_episodes", "episode_length", "fps")
 # An info key whose last part is one of these is also reported as ``success_rate``.
 SUCCESS_NAMES = ("success", "is_success", "success_rate")
-# Per-episode lists a result carries with keep_episodes (beside episode_info/<name>).
-EPISODE_FLAGS = ("episode_terminated", "episode_truncated")
+# Per-episode lists a result carries with keep_episodes (beside episode_info/<name>). The success lists
+# (0/1: the per-step success key true at the episode's last step, at any step) exist only for such a key.
+EPISODE_FLAGS = ("episode_terminated", "episode_truncated", "episode_success_at_end", "episode_success_once")
+# Round metric -> the per-episode list it is the mean of (see success_metrics).
+SUCCESS_METRICS = {"success_at_end": "episode_success_at_end", "success_once": "episode_success_once"}
 
 
 def episode_quotas(num_episodes: int, num_envs: int) -> list[int]:
@@ -109,6 +112,8 @@ def end_metrics(
     env's "log" entries) is its NaN-ignoring mean. ``success_rate`` repeats
     the first info key whose last part is in SUCCESS_NAMES, else the log entry
     ``Metrics/success_rate``, else the first log entry ending in ``success_rate``.
+    For an info key (a per-step flag read at the last step) that is the
+    last-step definition, ``success_at_end`` of :func:`success_metrics`.
     """
     out: dict[str, float | None] = {}
     term = None if terminated is None else np.asarray(terminated, dtype=bool)
@@ -128,13 +133,38 @@ def end_metrics(
     return out
 
 
+def success_metrics(raw: dict[str, Any]) -> dict[str, float]:
+    """``success_at_end`` and ``success_once``: the fractions of episodes that succeeded, two ways.
+
+    ManiSkill3's two definitions, from the per-episode 0/1 lists ``episode_success_at_end`` (the
+    per-step success key was true at the episode's last step) and ``episode_success_once`` (true at
+    any of its steps). Computed from the lists, so a round merged from shards gets them from the same
+    episodes. Empty where ``raw`` has no such lists (the env reports no per-step success key).
+
+    Args:
+        raw: a round's raw worker metrics.
+
+    Returns:
+        ``{"success_at_end": ..., "success_once": ...}``, each present only where its list is.
+    """
+    out = {}
+    for name, key in SUCCESS_METRICS.items():
+        values = raw.get(key)
+        if values is not None and len(values):
+            out[name] = float(np.mean(np.asarray(values, dtype=np.float64)))
+    return out
+
+
 def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str, Any]:
     """The raw worker metrics under ``<prefix>/...`` keys, as the seed's Evaluator names them.
 
     ``raw`` holds plain numbers; ``end_metrics`` the scalars of :func:`end_metrics`;
     ``custom`` metrics_fn's output; ``episode_returns`` / ``episode_lengths``,
     ``episode_terminated`` / ``episode_truncated`` and ``episode_info`` (name ->
-    list) the per-episode values, which only ``keep_episodes`` reports.
+    list) the per-episode values, which only ``keep_episodes`` reports;
+    ``episode_success_at_end`` / ``episode_success_once`` (where the env has a
+    per-step success key) also give ``success_at_end`` / ``success_once``
+    (:func:`success_metrics`).
     """
     out: dict[str, Any] = {}
     for key in (*CORE_KEYS, "reward_ci_low", "reward_ci_high", "frame_count"):
@@ -142,9 +172,15 @@ def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str,
             out[f"{prefix}/{key}"] = raw[key]
     for key, value in (raw.get("end_metrics") or {}).items():
         out[f"{prefix}/{key}"] = value
+    for key, value in success_metrics(raw).items():
+        out[f"{prefix}/{key}"] = value
     if keep_episodes:
         out[f"{prefix}/episode_returns"] = list(raw["episode_returns"])
         out[f"{prefix}/episode_lengths"] = list(raw["episode_lengths"])
+        if raw.get("episode_seeds") is not None:  # seeded rounds: each episode's seed (simeval.conditions)
+            out[f"{prefix}/episode_seeds"] = list(raw["episode_seeds"])
+        for name, values in (raw.get("episode_conditions") or {}).items():  # condition settings drawn per episode
+            out[f"{prefix}/episode_conditions/{name}"] = list(values)
         for key in EPISODE_FLAGS:
             if raw.get(key) is not None:
                 out[f"{prefix}/{key}"] = list(raw[key])

@@ -17,8 +17,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 _LIST_KEYS = ("episode_returns", "episode_lengths")
+# Per-episode 0/1 lists written (as floats) where the result has them: an env with a per-step success key.
+_SUCCESS_LISTS = ("episode_success_at_end", "episode_success_once")
 # Per-episode lists of keep_episodes results that are not written (their means are metrics).
-_EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/")
+_EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/", "episode_seeds", "episode_conditions/")
 
 
 def plain(value: Any) -> Any:
@@ -35,7 +37,7 @@ def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any
     out = {}
     for key, value in result.items():
         name = key.split("/", 1)[1] if key.startswith(prefix + "/") else key
-        if name in ("step", "video", "workers", *_LIST_KEYS) or name.startswith(_EPISODE_ONLY):
+        if name in ("step", "video", "workers", *_LIST_KEYS, *_SUCCESS_LISTS) or name.startswith(_EPISODE_ONLY):
             continue
         value = plain(value)
         if value is None or isinstance(value, (int, float)):
@@ -44,7 +46,11 @@ def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any
 
 
 def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any) -> dict[str, Any]:
-    """A results.jsonl line for an Evaluator result (``keep_episodes=True``), plus ``context``."""
+    """A results.jsonl line for an Evaluator result (``keep_episodes=True``), plus ``context``.
+
+    ``episode_success_at_end`` / ``episode_success_once`` (0.0 or 1.0 per episode, in
+    ``episode_returns``' order) are written where the result has them.
+    """
     record = {
         "status": "ok",
         "step": int(plain(result[f"{prefix}/step"])),
@@ -54,6 +60,19 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
         "host": socket.gethostname(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    for key in _SUCCESS_LISTS:
+        values = result.get(f"{prefix}/{key}")
+        if values is not None:
+            record[key] = [float(v) for v in plain(values)]
+    if result.get(f"{prefix}/episode_seeds") is not None:
+        record["episode_seeds"] = [int(v) for v in plain(result[f"{prefix}/episode_seeds"])]
+    drawn = {
+        key.rsplit("/", 1)[1]: [float(v) for v in plain(values)]
+        for key, values in result.items()
+        if key.startswith(f"{prefix}/episode_conditions/")
+    }
+    if drawn:
+        record["episode_conditions"] = drawn
     if result.get(f"{prefix}/workers"):
         record["workers"] = list(result[f"{prefix}/workers"])  # Ray: where each shard ran, and its re-runs
     record.update(context)

@@ -60,6 +60,8 @@ class RequestQueue:
     ``finalize(raw, request)`` turns a backend's raw metrics into what callers
     receive; ``on_result(result)`` is called on the delivery thread before the
     result is handed out (its exceptions are logged, never raised).
+    ``prepare(request)`` is called just before a request starts on the backend
+    (after the previous request was finalized), and may set its ``overrides``.
     """
 
     def __init__(
@@ -68,9 +70,11 @@ class RequestQueue:
         finalize: Callable[[dict, Request], Any],
         on_result: Callable[[Any], None] | None = None,
         busy_policy: str = "error",
+        prepare: Callable[[Request], None] | None = None,
     ) -> None:
         check_busy_policy(busy_policy)
         self.backend = backend
+        self._prepare = prepare
         self.busy_policy = busy_policy
         self._finalize = finalize
         self._on_result = on_result
@@ -132,6 +136,8 @@ class RequestQueue:
     def _launch(self, request: Request) -> None:
         request.future.add_done_callback(lambda fut, req=request: self._settle_future(req, fut))
         try:
+            if self._prepare is not None:
+                self._prepare(request)
             self.backend.start(request.step, request.weights, request.future, request.overrides)
         except BaseException as exc:  # noqa: BLE001 - e.g. weights that do not fit
             complete(

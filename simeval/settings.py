@@ -93,7 +93,12 @@ class EvalSettings:
 
 @dataclass
 class RoundOverrides:
-    """Per-request changes to the settings, restored after the round."""
+    """Per-request changes to the settings, restored after the round.
+
+    ``num_trajectories`` replaces the settings' episode count for this round
+    (``Evaluator(time_budget_s=...)`` sets it from the measured rate of earlier rounds).
+    """
 
     max_steps: int | None = None
     exploration_type: str | None = None
+    num_trajectories: int | None = None

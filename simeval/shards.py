@@ -131,6 +131,13 @@ def merge(raws: Sequence[dict[str, Any]], info_keys: Sequence[tuple[str, ...]] =
         out[key] = flags[key]
     info = {name: [v for raw in raws for v in raw["episode_info"][name]] for name in first.get("episode_info") or {}}
     out["episode_info"] = info
+    if all(raw.get("episode_seeds") is not None for raw in raws):
+        out["episode_seeds"] = [v for raw in raws for v in raw["episode_seeds"]]
+    drawn = first.get("episode_conditions") or {}
+    if drawn:
+        out["episode_conditions"] = {
+            name: [v for raw in raws for v in raw["episode_conditions"][name]] for name in drawn
+        }
     out["end_metrics"] = metrics.end_metrics(flags["episode_terminated"], flags["episode_truncated"], info, info_keys)
     weights = [raw["frame_count"] for raw in raws if not math.isnan(raw["step_reward_to_first_done"])]
     values = [raw["step_reward_to_first_done"] for raw in raws if not math.isnan(raw["step_reward_to_first_done"])]

@@ -171,12 +171,21 @@ def results_keys(root: str) -> set[str]:
         "eval/reward": 0.0,
         "eval/episode_returns": [0.0],
         "eval/episode_lengths": [1],
+        "eval/episode_success_at_end": [0.0],
+        "eval/episode_success_once": [1.0],
         "eval/workers": [{"node_id": "n", "host": "h", "pid": 1}],
+        "eval/episode_seeds": [1],
+        "eval/episode_conditions/SETTING": [1.0],
     }
     cfg = types.SimpleNamespace(backend="thread")
     plan = types.SimpleNamespace(env="HalfCheetah-v5")
     keys = set(make_record(result)) | set(failed_record("x.pt", "error", step=1))
     keys |= set(record_context(cfg, plan, "native"))
+    from simeval.conditions import Condition
+    from simeval.launch.suite import Cell, SuiteTask
+
+    task = SuiteTask("HalfCheetah-v5", 1, 0, 1, 10, {"nominal": Condition()}, reference=(0.0, 1.0))
+    keys |= set(Cell(task, "nominal", Condition()).context("SUITE"))  # a suite's lines (--suite)
     return keys | _make_record_keywords(root)
 
 
@@ -192,6 +201,8 @@ def metric_keys() -> set[str]:
         episode_lengths=[10, 12],
         episode_terminated=[True, False],
         episode_truncated=[False, True],
+        episode_success_at_end=[1.0, 0.0],
+        episode_success_once=[1.0, 1.0],
         episode_info={"is_success": [1.0, 0.0]},
         custom={"CUSTOM": 1.0},
         video=[[0]],

@@ -214,6 +214,9 @@ class RayBackend(Backend):
             from simeval import shards
 
             raw = shards.merge(raws, self._info_keys)
+            # the round's sub-envs (every shard's, sent or not) and its time (the slowest shard's, as fps)
+            raw["num_envs"] = sum(s.size for s in self._shards)
+            raw["seconds"] = max(r["seconds"] for r in raws)
         raw["workers"] = [r.pop("worker") for r in raws]  # where each shard ran, for the records
         if self._results is not None:
             from simeval import metrics
@@ -232,7 +235,7 @@ class RayBackend(Backend):
         with self._lock:
             for slot in self._slots.slots:
                 self._ensure(slot)
-        shards = self._shards or [None]
+        shards = self._round_shards(overrides) or [None]
         # A shard whose sub-envs have no episodes to run (fewer episodes than sub-envs) is not sent.
         jobs = [_Job(shard, self._slots[i]) for i, shard in enumerate(shards) if shard is None or sum(shard.quotas)]
         done: dict[int, dict] = {}
@@ -256,6 +259,18 @@ class RayBackend(Backend):
                         done[jobs.index(job)] = raw
             self._check_start_deadlines(running)
         return [done[i] for i in range(len(jobs))]
+
+    def _round_shards(self, overrides: RoundOverrides | None) -> list | None:
+        """The shards of this round: the fixed plan's, with the quotas of the round's own count when it has one.
+
+        The sub-env ranges depend only on ``num_envs`` and K, so each shard still runs on its own worker.
+        """
+        if self._shards is None or overrides is None or overrides.num_trajectories is None:
+            return self._shards
+        from simeval import shards as sharding
+
+        num_envs = sum(s.size for s in self._shards)
+        return sharding.plan(num_envs, len(self._shards), overrides.num_trajectories)
 
     def _ensure(self, slot: Slot) -> None:
         """Give ``slot`` an actor if it lost one (under ``_lock``); never after shutdown began."""

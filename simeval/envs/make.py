@@ -16,12 +16,15 @@ transform layout, so checkpoints and ``OBS_NORM_ID`` fit them all):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from simeval.envs.catalog import MUJOCO_TASKS, env_backend
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase, TransformedEnv
+
+    from simeval.conditions import Condition
 
 # The model id of make_env's VecNormV2, for weights_dict={OBS_NORM_ID: train_env.transform[2]}.
 OBS_NORM_ID = "env.transform[2]"
@@ -40,6 +43,7 @@ def make_env(
     num_threads: int | None = None,
     exact_contact_forces: bool = False,
     groups: int | None = None,
+    condition: Condition | Mapping[str, Any] | None = None,
 ) -> TransformedEnv:
     """A batched torchrl env for a gymnasium task.
 
@@ -76,19 +80,58 @@ def make_env(
             gymnasium's contact forces exactly, at the cost of a Python call per
             sub-env in contact each step (see ``MujocoBatchEnv``); by default
             they are taken one RK4 stage earlier, with no per-sub-env code.
+        condition: a suite condition (:class:`simeval.conditions.Condition` or its
+            plain-data mapping, e.g. ``{"observation_noise": 0.1}``), applied by a
+            :class:`~simeval.envs.perturb.Perturb` directly around the base env, below
+            the layout above (so ``OBS_NORM_ID`` still names the VecNormV2);
+            ``body_mass_scale``, ``friction_scale`` and ``gravity`` need the native backend.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if name.startswith("isaaclab:"):
+        if not _condition(condition, name, "isaaclab").nominal:
+            raise ValueError(
+                f"suite conditions on Isaac Lab tasks ({name}) are not supported yet: evaluate Isaac Lab tasks "
+                "on their nominal condition ({})."
+            )
         return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm)
     backend = env_backend(name, backend)
+    condition = _condition(condition, name, backend)
     from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
 
-    env = TransformedEnv(_base_env(name, backend, num_envs, device, render, num_threads, exact_contact_forces, groups))
+    base = _base_env(name, backend, num_envs, device, render, num_threads, exact_contact_forces, groups)
+    env = TransformedEnv(perturbed(base, condition), auto_unwrap=False)
     _append_transforms(env, max_steps, obs_norm)
     if seed is not None:
         env.set_seed(seed)
     return env
+
+
+def _condition(condition: Condition | Mapping[str, Any] | None, name: str, backend: str) -> Condition:
+    """``condition`` checked for the env ``name`` built on ``backend``; ValueError (one line) if it cannot apply."""
+    from simeval.conditions import CFG, Condition
+
+    if not isinstance(condition, Condition):
+        condition = Condition.parse(condition)
+    if condition.physics and backend != "native":
+        raise ValueError(
+            f"{', '.join(condition.physics)} set the native MuJoCo env's physics; {name} is built on the {backend} "
+            "backend: use backend='native' (a NATIVE_TASKS id), or observation/action conditions."
+        )
+    if condition.cfg and not name.startswith("isaaclab:"):
+        raise ValueError(f"{CFG} overrides apply to Isaac Lab tasks (isaaclab:<id>) only, not {name}.")
+    return condition
+
+
+def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
+    """``base`` itself for a nominal condition, else ``base`` under a :class:`~simeval.envs.perturb.Perturb`."""
+    if not condition.values:
+        return base
+    from torchrl.envs import TransformedEnv
+
+    from simeval.envs.perturb import Perturb
+
+    return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
 
 
 def _isaaclab_env(

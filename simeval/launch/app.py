@@ -40,10 +40,14 @@ def run(parsed: Parsed, out: str) -> int:
             check_env(cfg.env, cfg.env_backend)  # before waiting for checkpoints that may never come
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if cfg.source == "watch":
+    if cfg.source == "watch" and not cfg.suite:
         check_watch_dir(cfg.watch)
     log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
     print(f"results: {log.path}", flush=True)
+    if cfg.suite:
+        from simeval.launch.suite_run import run_suite
+
+        return run_suite(parsed, out, log, stop)
     session = Session(parsed, out, stop)
     try:
         if cfg.source == "serve":

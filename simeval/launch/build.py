@@ -17,6 +17,7 @@ from simeval.policies import build_policy
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
+    from simeval.conditions import Condition
     from simeval.evaluator import Evaluator
 
 
@@ -40,12 +41,18 @@ def build_env(
     backend: str | None = None,
     *,
     num_envs: int,
+    condition: Condition | None = None,
 ) -> EnvBase:
-    """The env a worker evaluates on: ``make_env``'s, with the ``--video`` recorder when ``video_dir`` is set."""
+    """The env a worker evaluates on: ``make_env``'s (with a suite cell's ``condition``), and the ``--video`` recorder.
+
+    The recorder is added when ``video_dir`` is set.
+    """
     from simeval.envs import make_env
 
     if name.startswith("isaaclab:"):  # no MuJoCo rendering or env backend there
-        return make_env(name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm)
+        return make_env(
+            name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, condition=condition
+        )
     if video_dir:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
     env = make_env(
@@ -56,6 +63,7 @@ def build_env(
         obs_norm=obs_norm,
         render=bool(video_dir),
         backend=backend,
+        condition=condition,
     )
     if video_dir:
         from simeval.launch.video import EpisodeVideo
@@ -65,11 +73,18 @@ def build_env(
 
 
 def make_evaluator(
-    cfg: LaunchConfig, plan: EvalPlan, extra: list[str], out: str, env_backend: str, num_workers: int = 1
+    cfg: LaunchConfig,
+    plan: EvalPlan,
+    extra: list[str],
+    out: str,
+    env_backend: str,
+    num_workers: int = 1,
+    condition: Condition | None = None,
 ) -> Evaluator:
     """The Evaluator for ``plan``: placement, init hook in the worker, and (--serve) durable results.
 
-    ``num_workers`` Ray workers split each round (the env factory takes ``num_envs=``: its share).
+    ``num_workers`` Ray workers split each round (the env factory takes ``num_envs=``: its share);
+    ``condition`` is a suite cell's (``--suite``).
     """
     cuda_visible, device = placement(cfg.device, cfg.backend)
     init_fn = None
@@ -90,10 +105,18 @@ def make_evaluator(
 
     return Evaluator(
         functools.partial(
-            build_env, plan.env, cfg.max_steps, device, plan.obs_norm, video_dir, cfg.env_backend, num_envs=cfg.num_envs
+            build_env,
+            plan.env,
+            cfg.max_steps,
+            device,
+            plan.obs_norm,
+            video_dir,
+            cfg.env_backend,
+            num_envs=cfg.num_envs,
+            condition=condition,
         ),
         policy_factory=functools.partial(build_policy, plan.policy_factory, dict(plan.policy_kwargs)),
-        num_trajectories=cfg.episodes,
+        **({"time_budget_s": cfg.time_budget} if cfg.time_budget is not None else {"num_trajectories": cfg.episodes}),
         max_steps=cfg.max_steps,
         seed=cfg.seed,
         device=device,

@@ -59,6 +59,11 @@ class LaunchConfig:
     )
     num_envs: int = _opt(8, "batched sub-envs")
     episodes: int = _opt(16, "complete episodes per evaluation")
+    time_budget: float | None = _opt(
+        None,
+        "seconds an evaluation round may take, instead of --episodes: each round runs the most whole waves of "
+        "--num-envs complete episodes that fit, measured on the round before (the first runs one wave)",
+    )
     max_steps: int | None = _opt(1000, "episode cap")
     seed: int | None = _opt(0, "env seed, the same every round")
     init_fn: str | None = _opt(
@@ -79,6 +84,11 @@ class LaunchConfig:
         None, f"checkpoint format, when recognising it by content is not wanted: {', '.join(CHECKPOINT_FORMATS)}"
     )
     serve: str | None = _opt(None, "serve a named Ray evaluator that training reaches with simeval.connect(NAME)")
+    suite: str | None = _opt(
+        None,
+        "a suite file (tasks x conditions, see suites/): evaluate each --checkpoint or --watch checkpoint on every "
+        "cell, one results.jsonl line per cell",
+    )
     out: str | None = _opt(None, "results directory (default: runs/<timestamp>)")
     logger: str = _opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
     video: bool = _opt(False, "record an MP4 of each round's first episode")
@@ -113,6 +123,8 @@ class LaunchConfig:
         sources = [k for k in SOURCES if getattr(self, k)]
         if len(sources) > 1:
             raise ConfigError("give one source of weights, not " + " and ".join(f"--{s}" for s in sources) + ".")
+        if self.suite and self.serve:
+            raise ConfigError("--suite evaluates checkpoints (--checkpoint or --watch), not --serve.")
         if self.serve and self.backend != "ray":
             raise ConfigError("--serve needs --backend ray (a named Ray actor is what training connects to).")
         if self.workers < 1:
@@ -132,6 +144,12 @@ class LaunchConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {self.max_steps}.")
+        if self.time_budget is not None:
+            number = isinstance(self.time_budget, (int, float)) and not isinstance(self.time_budget, bool)
+            if not number or not 0 < self.time_budget < float("inf"):
+                raise ConfigError(f"--time-budget must be a number of seconds > 0, got {self.time_budget!r}.")
+            if self.serve:
+                raise ConfigError("--time-budget sizes the rounds this launcher runs: --serve's rounds are training's.")
         self.info_keys = _info_keys(self.info_keys)
         for name in ("init_fn", "policy"):
             value = getattr(self, name)
@@ -195,6 +213,8 @@ def load_yaml(path: str) -> dict[str, Any]:
 
 def resolve(settings: dict[str, Any]) -> LaunchConfig:
     """The validated config for the merged YAML and flag ``settings``, with the site's default device."""
+    if settings.get("time_budget") is not None and "episodes" in settings:
+        raise ConfigError("give --episodes or --time-budget, not both (a profile's episodes count too).")
     cfg = LaunchConfig(**settings)
     if cfg.device is None and os.environ.get(DEVICE_ENV):
         cfg.device = os.environ[DEVICE_ENV]

@@ -5,6 +5,10 @@ checkpoints, thread backend, 8 envs, 16 episodes, seed 0): the eval curve of
 the training run. Then two reference rows on the final checkpoint: the
 trained policy without its VecNorm statistics, and an untrained policy of the
 same architecture. Prints the table and draws the curve with its 95% bands.
+Then the shipped suite (``suites/halfcheetah-robustness.yaml``: nominal,
+observation and action noise, action delay, heavier bodies, less friction) on
+the first and the final checkpoint, and their comparison cell by cell on the
+same episodes: the table, and ``compare.html``.
 """
 
 from __future__ import annotations
@@ -64,7 +68,27 @@ def main(argv: list[str] | None = None) -> int:
         {"training run (shipped checkpoints)": curve}, os.path.join(trained, "eval_curve.png"), references
     )
     print(f"\nresults: {os.path.join(trained, 'results.jsonl')}\nplot:    {png}")
-    return 0
+    return _suite_part(root, curve)
+
+
+def _suite_part(root: str, curve: list[dict]) -> int:
+    """The shipped suite on the run's first and final checkpoints, compared cell by cell on the same episodes."""
+    from simeval import launch
+    from simeval.launch import report
+
+    suite = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "suites", "halfcheetah-robustness.yaml")
+    suite = os.path.relpath(os.path.normpath(suite))
+    outs = {}
+    for label, record in (("first", curve[0]), ("final", curve[-1])):
+        outs[label] = os.path.join(root, f"suite-{label}")
+        args = ["--suite", suite, "--checkpoint", record["checkpoint"], "--out", outs[label]]
+        print(f"\n$ python -m simeval.launch {' '.join(args)}", flush=True)
+        if launch.main(args) != 0:
+            return 1
+    html = os.path.join(root, "compare.html")
+    args = ["compare", outs["first"], outs["final"], "--html", html]
+    print(f"\n$ python -m simeval.launch.report {' '.join(args)}", flush=True)
+    return report.main(args)
 
 
 if __name__ == "__main__":

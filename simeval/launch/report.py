@@ -6,6 +6,10 @@ one line per run directory, and prints every evaluation as a table.
 its band across the plot (a baseline: an untrained policy, another method).
 Each directory is labelled by the fewest trailing path parts that tell it
 from the others (``seed0/out``, ``seed1/out``).
+
+``python -m simeval.launch.report compare RUN_A RUN_B`` compares two runs cell
+by cell instead (:mod:`simeval.launch.compare`: a table, ``--json``,
+``--html FILE``); a run directory named ``compare`` is given as ``./compare``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from simeval.launch import compare
 from simeval.records import read_records
 
 
@@ -109,8 +114,45 @@ def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | N
     return path
 
 
+def compare_main(argv: Sequence[str]) -> int:
+    """``compare RUN_A RUN_B``: print the comparison (or ``--json``), write ``--html``; the exit code (2 on bad input).
+
+    Every error is one line on stderr (exit code 2): a directory without
+    results, a missing ``--step-a``/``--step-b``, cells whose episodes differ.
+    """
+    args = compare.build_parser().parse_args(list(argv))
+    label_a, label_b = labels([args.run_a, args.run_b])
+    try:
+        rows_a, rows_b = read_results(args.run_a), read_results(args.run_b)
+        result = compare.compare(
+            rows_a, rows_b, args.run_a, args.run_b, label_a, label_b, step_a=args.step_a, step_b=args.step_b
+        )
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, compare.CompareError) as exc:
+        message = f"a results line has no {exc}" if isinstance(exc, KeyError) else str(exc)
+        print(f"simeval-report compare: error: {message}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(compare.json_rows(result), indent=2, allow_nan=False))
+    else:
+        compare.print_text(result)
+    if args.html:
+        try:
+            path = compare.write_html(result, args.html)
+        except OSError as exc:
+            print(f"simeval-report compare: error: --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"html: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table and draw the plot for the command line ``argv``; the exit code (2 on bad input)."""
+    """Print the table and draw the plot for the command line ``argv``; the exit code (2 on bad input).
+
+    ``compare`` as the first argument runs :func:`compare_main` on the rest.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m simeval.launch.report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="results directories (simeval.launch --out)")
     parser.add_argument("--output", help="PNG path (default: <first run>/eval_curve.png)")

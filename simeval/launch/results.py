@@ -48,9 +48,11 @@ class ResultsLog:
     def publish(self, record: dict[str, Any]) -> None:
         """Send an ok record's metrics to the torchrl logger."""
         if self._logger is not None and record.get("status") == "ok":
+            # a suite's cells share the step: each gets its own series, eval/<task>/<condition>/<metric>
+            prefix = f"eval/{record['task']}/{record['condition']}" if "suite" in record else "eval"
             for name, value in record["metrics"].items():
                 if value is not None:
-                    self._logger.log_scalar(f"eval/{name}", value, step=record["step"])
+                    self._logger.log_scalar(f"{prefix}/{name}", value, step=record["step"])
 
 
 def _make_logger(kind: str, out_dir: str):

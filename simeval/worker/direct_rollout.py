@@ -284,6 +284,11 @@ class _Round:
         return total / count if count else float("nan")
 
     def _episodes(self, seconds: float, started_at: float) -> Episodes:
+        """The kept episodes in (sub-env, ordinal) order, as ``rollout.run_round`` gives them.
+
+        No success lists: the native tasks report no success flag, and rounds with ``info_keys`` run on
+        the Collector (see :func:`plan`).
+        """
         records = sorted(self.records)
         return Episodes(
             returns=[r[2] for r in records],
@@ -294,6 +299,8 @@ class _Round:
             step_reward_to_first_done=self._first_done_reward(),
             terminated=[r[4] for r in records],
             truncated=[r[5] for r in records],
+            sub_envs=[r[0] for r in records],
+            ordinals=[r[1] for r in records],
         )
 
 

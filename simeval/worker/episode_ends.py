@@ -6,6 +6,10 @@
   ``("next", "success")``); a missing one is an error at the first batch.
 * every leaf under ``("next", "log")`` (Isaac Lab's ``extras["log"]``, NaN at
   steps where the env reported nothing), reported as ``log/<leaf name>``.
+* ``success``: the first info key whose last part is in
+  ``metrics.SUCCESS_NAMES``, a per-step flag, is also tracked over whole
+  episodes (true at the last step, true at any step). "log" entries are
+  per-episode summaries, not per-step flags: never tracked.
 
 :func:`find` picks the keys once, from the round's first batch; :func:`read`
 gives each of them as an [E, T] float64 tensor that ``EpisodeTally`` indexes
@@ -20,16 +24,22 @@ from dataclasses import dataclass, field
 import torch
 from tensordict import TensorDictBase
 
+from simeval.metrics import SUCCESS_NAMES
+
 LOG_ROOT = ("next", "log")
 
 
 @dataclass(frozen=True)
 class EndKeys:
-    """Batch keys to read at episode ends; ``info`` maps a metric name to its batch key."""
+    """Batch keys to read at episode ends; ``info`` maps a metric name to its batch key.
+
+    ``success`` is the batch key of the per-step success flag (one of ``info``'s), or None.
+    """
 
     terminated: tuple | None = None
     truncated: tuple | None = None
     info: dict[str, tuple] = field(default_factory=dict)
+    success: tuple | None = None
 
     def batch_keys(self) -> list[tuple]:
         """Every key to read: the flags', then the info keys, each once."""
@@ -50,6 +60,11 @@ def _describe(key: tuple[str, ...]) -> str:
     return repr(key[0]) if len(key) == 1 else repr(key)
 
 
+def is_success(value: torch.Tensor) -> torch.Tensor:
+    """A success key's values (float64, as :func:`read` gives them) as flags: true where > 0 (NaN: false)."""
+    return value > 0
+
+
 def find(batch: TensorDictBase, done_key: tuple, info_keys: Sequence[tuple[str, ...]]) -> EndKeys:
     """The keys this round reads; a ValueError (one line) for an info key the batch lacks."""
     keys = set(batch.keys(include_nested=True, leaves_only=True))
@@ -68,6 +83,7 @@ def find(batch: TensorDictBase, done_key: tuple, info_keys: Sequence[tuple[str, 
                 f"keys under 'next': {', '.join(have) or 'none'}."
             )
         info[info_name(key)] = full
+    success = next((("next", *key) for key in info_keys if key[-1] in SUCCESS_NAMES), None)
     log = batch.get(LOG_ROOT, None)
     if isinstance(log, TensorDictBase):
         for leaf in log.keys(include_nested=True, leaves_only=True):
@@ -75,7 +91,7 @@ def find(batch: TensorDictBase, done_key: tuple, info_keys: Sequence[tuple[str, 
             if not isinstance(log.get(leaf), torch.Tensor):
                 continue  # non-tensor data has no mean
             info.setdefault("log/" + info_name(leaf), (*LOG_ROOT, *leaf))
-    return EndKeys(flags["terminated"], flags["truncated"], info)
+    return EndKeys(flags["terminated"], flags["truncated"], info, success)
 
 
 def read(batch: TensorDictBase, keys: EndKeys, env_ndim: int, shape: torch.Size) -> dict[tuple, torch.Tensor]:

@@ -288,12 +288,44 @@ class EvalWorker:
         self.build()
         self.load(weights)
         max_steps = overrides.max_steps if overrides.max_steps is not None else self.settings.max_steps
-        quotas, seed = self._quotas_and_seed(shard)
+        quotas, seed = self._quotas_and_seed(shard, overrides.num_trajectories)
+        first = shard.first if shard is not None else 0
+        perturbs = self._start_conditions(first)
         episodes = self._roll_out(quotas, seed, max_steps, overrides.exploration_type)
         raw = self._raw_metrics(episodes, step)
+        raw.update(self._episode_identities(episodes, first, perturbs))
         self._add_frames(raw, step, leader=shard is None or shard.first == 0)
         self._append_record(raw)
         return raw
+
+    def _start_conditions(self, first: int) -> list:
+        """Start the round on each condition layer (``Perturb``) of the env: episode seeds from the round's seed."""
+        from simeval.conditions import round_seed
+
+        perturbs = [t for t in vecnorm.iter_transforms(self._rollout_env) if hasattr(t, "start_round")]
+        self._round_seed = round_seed(self.settings.seed)
+        for p in perturbs:
+            p.start_round(self._round_seed, first)
+        return perturbs
+
+    def _episode_identities(self, episodes: Episodes, first: int, perturbs: list) -> dict[str, Any]:
+        """``episode_seeds`` (seeded rounds) and ``episode_conditions`` (settings drawn per episode), episode order.
+
+        Episode ``k`` of global sub-env ``i`` has :func:`simeval.conditions.episode_seed` ``(seed, i, k)``.
+        """
+        from simeval.conditions import episode_seed
+
+        out: dict[str, Any] = {}
+        positions = [(first + i, k) for i, k in zip(episodes.sub_envs, episodes.ordinals, strict=True)]
+        if self.settings.seed is not None:
+            out["episode_seeds"] = [episode_seed(self._round_seed, i, k) for i, k in positions]
+        drawn: dict[str, list[float]] = {}
+        for p in perturbs:
+            for name in p.condition.ranged:
+                drawn[name] = [p.draws[pos][name] for pos in positions]
+        if drawn:
+            out["episode_conditions"] = drawn
+        return out
 
     def _roll_out(
         self, quotas: list[int], seed: int | None, max_steps: int | None, exploration_type: str | None
@@ -339,6 +371,8 @@ class EvalWorker:
         raw["step_reward_to_first_done"] = episodes.step_reward_to_first_done
         raw["episode_terminated"] = episodes.terminated
         raw["episode_truncated"] = episodes.truncated
+        raw["episode_success_at_end"] = episodes.success_at_end  # None: no per-step success key
+        raw["episode_success_once"] = episodes.success_once
         raw["episode_info"] = episodes.info
         raw["end_metrics"] = metrics.end_metrics(
             episodes.terminated, episodes.truncated, episodes.info, settings.info_keys
@@ -346,6 +380,7 @@ class EvalWorker:
         raw["step"] = step
         raw["seconds"] = episodes.seconds
         raw["started_at"] = episodes.started_at
+        raw["num_envs"] = self._num_envs  # a round's time budget is planned in waves of num_envs episodes
         if settings.metrics_fn is not None:
             raw["custom"] = {k: _plain(v) for k, v in settings.metrics_fn(episodes.trajectories).items()}
         return raw
@@ -368,11 +403,18 @@ class EvalWorker:
             result = metrics.prefixed(raw, settings.log_prefix, keep_episodes=True)
             append_record(settings.results_path, make_record(result, settings.log_prefix, **settings.results_context))
 
-    def _quotas_and_seed(self, shard: Shard | None) -> tuple[list[int], int | None]:
-        """Each sub-env's episode quota and the seed of sub-env 0: the whole round's, or ``shard``'s."""
+    def _quotas_and_seed(
+        self, shard: Shard | None, num_trajectories: int | None = None
+    ) -> tuple[list[int], int | None]:
+        """Each sub-env's episode quota and the seed of sub-env 0: the whole round's, or ``shard``'s.
+
+        ``num_trajectories`` (the round's override) replaces the settings' count; a shard's quotas
+        were planned by the caller with it already.
+        """
         settings = self.settings
         if shard is None:
-            quota = settings.num_trajectories or self._num_envs  # None: one episode per sub-env
+            # None: one episode per sub-env
+            quota = num_trajectories or settings.num_trajectories or self._num_envs
             return metrics.episode_quotas(quota, self._num_envs), settings.seed
         if shard.size != self._num_envs:
             raise ValueError(

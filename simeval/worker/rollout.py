@@ -43,6 +43,13 @@ class Episodes:
     terminated: list[bool] | None = None
     truncated: list[bool] | None = None
     info: dict[str, list[float]] = field(default_factory=dict)  # metric name -> one float per episode
+    # Where each episode ran: the LOCAL index of its sub-env, and its ordinal k there (0: the sub-env's first).
+    sub_envs: list[int] = field(default_factory=list)
+    ordinals: list[int] = field(default_factory=list)
+    # The env's per-step success flag (see episode_ends.EndKeys.success), 0/1 per episode; None where it has none:
+    # true at the episode's last step, and true at any of its steps.
+    success_at_end: list[float] | None = None
+    success_once: list[float] | None = None
 
 
 class FirstDoneReward:
@@ -81,6 +88,9 @@ class EpisodeTally:
     partial return and length over. Sub-env ``e`` keeps its first
     ``quota[e]`` finished episodes and ignores the rest. ``ends`` (the same
     names at every ``add``) are [E, T] values read at each kept episode's last step.
+    ``hits`` (given at every ``add`` or at none) is an [E, T] flag tracked over
+    whole episodes: whether it was true at any of an episode's steps, with the
+    count of true steps of a straddling episode carried over like its return.
     """
 
     def __init__(self, quotas: list[int]) -> None:
@@ -89,8 +99,10 @@ class EpisodeTally:
         self.completed = torch.zeros(n, dtype=torch.long)
         self.carry_return = torch.zeros(n, dtype=torch.float64)
         self.carry_length = torch.zeros(n, dtype=torch.long)
+        self.carry_hits = torch.zeros(n, dtype=torch.long)  # true steps of each sub-env's unfinished episode
         self._kept: list[tuple[torch.Tensor, ...]] = []
         self._end_names: list | None = None
+        self._tracks_hits: bool | None = None
 
     @property
     def finished(self) -> bool:
@@ -105,17 +117,23 @@ class EpisodeTally:
         step_count: torch.Tensor | None = None,
         traj_ids: torch.Tensor | None = None,
         ends: dict | None = None,
+        hits: torch.Tensor | None = None,
     ) -> None:
         """Tally one batch of [E, T] tensors.
 
         ``episode_return`` and ``step_count``, when given, are read at each episode's last step as its
-        return and length; otherwise they are summed and counted from ``reward``.
+        return and length; otherwise they are summed and counted from ``reward``. ``hits`` (bool) is
+        the flag whose "true at any step" each kept episode records (see :meth:`hit_once`).
         """
         ends = ends or {}
         if self._end_names is None:
             self._end_names = list(ends)
         elif list(ends) != self._end_names:
             raise ValueError(f"EpisodeTally.add got ends {list(ends)}, earlier {self._end_names}.")
+        if self._tracks_hits is None:
+            self._tracks_hits = hits is not None
+        elif self._tracks_hits != (hits is not None):
+            raise ValueError("EpisodeTally.add got hits in some batches and not in others.")
         n_env, horizon = done.shape
         done_l = done.long()
         segment = done_l.cumsum(1) - done_l  # episode index within this batch
@@ -126,8 +144,13 @@ class EpisodeTally:
         counts = torch.zeros(n_env * (horizon + 1), dtype=torch.long)
         counts.index_add_(0, flat, torch.ones_like(flat))
         counts = counts.view(n_env, horizon + 1)
+        hit_counts = torch.zeros(n_env * (horizon + 1), dtype=torch.long)
+        if hits is not None:  # true steps per (sub-env, episode segment): > 0 is "true at some step"
+            hit_counts.index_add_(0, flat, hits.reshape(-1).long())
+        hit_counts = hit_counts.view(n_env, horizon + 1)
         sums[:, 0] += self.carry_return
         counts[:, 0] += self.carry_length
+        hit_counts[:, 0] += self.carry_hits
 
         env_idx, t_idx = done.nonzero(as_tuple=True)  # sorted by env, then time
         k = segment[env_idx, t_idx]
@@ -139,17 +162,23 @@ class EpisodeTally:
         at_end = torch.zeros(len(k), len(ends), dtype=torch.float64)
         for i, value in enumerate(ends.values()):
             at_end[:, i] = value[env_idx, t_idx]
-        self._kept.append((env_idx[keep], ordinal[keep], returns[keep], lengths[keep], ids[keep], at_end[keep]))
+        once = hit_counts[env_idx, k] > 0
+        self._kept.append(
+            (env_idx[keep], ordinal[keep], returns[keep], lengths[keep], ids[keep], at_end[keep], once[keep])
+        )
 
         n_done = done_l.sum(1)
         rows = torch.arange(n_env)
         self.carry_return = sums[rows, n_done]
         self.carry_length = counts[rows, n_done]
+        self.carry_hits = hit_counts[rows, n_done]
         self.completed += n_done
 
     def _ordered(self) -> list[torch.Tensor]:
-        """Returns, lengths, trajectory ids and end values of the kept episodes, in (sub-env, order) order."""
-        env_idx, ordinal, *columns = (torch.cat(x) for x in zip(*self._kept, strict=True))
+        """Sub-envs, ordinals, returns, lengths, trajectory ids, end values and hit-once flags of the kept
+        episodes, in (sub-env, order) order."""
+        columns = [torch.cat(x) for x in zip(*self._kept, strict=True)]
+        env_idx, ordinal = columns[:2]
         if not len(env_idx):
             return columns
         order = torch.argsort(env_idx * (int(ordinal.max()) + 1) + ordinal)
@@ -159,15 +188,32 @@ class EpisodeTally:
         """(returns, lengths, trajectory ids) of the kept episodes, in (sub-env, order) order."""
         if not self._kept:
             return [], [], []
-        returns, lengths, ids, _ = self._ordered()
+        returns, lengths, ids = self._ordered()[2:5]
         return returns.tolist(), lengths.tolist(), ids.tolist()
+
+    def positions(self) -> tuple[list[int], list[int]]:
+        """(sub-envs, ordinals) of the kept episodes, in (sub-env, order) order.
+
+        The sub-env is its index in the tallied batches (local to this env); the ordinal ``k`` counts
+        that sub-env's finished episodes from 0 since the tally began.
+        """
+        if not self._kept:
+            return [], []
+        env_idx, ordinal = self._ordered()[:2]
+        return env_idx.tolist(), ordinal.tolist()
 
     def end_values(self) -> dict:
         """Each ``ends`` name -> its value at the kept episodes' last steps (floats, episode order)."""
         if not self._kept:
             return {name: [] for name in self._end_names or ()}
-        at_end = self._ordered()[3]
+        at_end = self._ordered()[5]
         return {name: at_end[:, i].tolist() for i, name in enumerate(self._end_names)}
+
+    def hit_once(self) -> list[bool] | None:
+        """Whether ``hits`` was true at any step of each kept episode (episode order); None without ``hits``."""
+        if not self._tracks_hits:
+            return None
+        return self._ordered()[6].tolist()
 
 
 class StoppablePolicy(TensorDictModuleBase):
@@ -288,13 +334,16 @@ class _RoundTally:
         traj = batch.get(("collector", "traj_ids"), None)
         if self.end_keys is None:
             self.end_keys = episode_ends.find(batch, self.done_key, self.info_keys)
+        ends = episode_ends.read(batch, self.end_keys, env_ndim, done.shape)
+        success = self.end_keys.success
         self.tally.add(
             reward,
             done,
             None if ep_ret is None else _flat_env(ep_ret, env_ndim),
             None if steps is None else _flat_env(steps, env_ndim),
             None if traj is None else _flat_env(traj, env_ndim),
-            episode_ends.read(batch, self.end_keys, env_ndim, done.shape),
+            ends,
+            None if success is None else episode_ends.is_success(ends[success]),
         )
         self.first_done.add(reward, done)
         self.env_steps += done.numel()
@@ -302,13 +351,19 @@ class _RoundTally:
             self.batches.append(batch.clone())
 
     def episodes(self, seconds: float, started_at: float) -> Episodes:
-        """The round's kept episodes, with their end flags and info, in (sub-env, order) order."""
+        """The round's kept episodes, with their end flags, info and success, in (sub-env, order) order."""
         returns, lengths, ids = self.tally.episodes()
+        sub_envs, ordinals = self.tally.positions()
         trajectories = _select_trajectories(self.batches, ids) if self.keep_trajectories else None
         ends, keys = self.tally.end_values(), self.end_keys or episode_ends.EndKeys()
 
         def flags(key: tuple | None) -> list[bool] | None:
             return None if key is None else [bool(v) for v in ends[key]]
+
+        once = self.tally.hit_once()
+        at_end = None
+        if keys.success is not None:
+            at_end = episode_ends.is_success(torch.tensor(ends[keys.success], dtype=torch.float64)).double().tolist()
 
         return Episodes(
             returns,
@@ -322,6 +377,10 @@ class _RoundTally:
             terminated=flags(keys.terminated),
             truncated=flags(keys.truncated),
             info={name: ends[key] for name, key in keys.info.items()},
+            sub_envs=sub_envs,
+            ordinals=ordinals,
+            success_at_end=at_end,
+            success_once=None if once is None else [float(v) for v in once],
         )
 
 

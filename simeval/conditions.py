@@ -1,0 +1,189 @@
+"""Conditions: what a suite changes about an env, and the per-episode seeds that make them common.
+
+A condition is a mapping of settings (``{"observation_noise": 0.1,
+"body_mass_scale": [0.8, 1.2]}``); ``{}`` is the nominal env. A setting's value
+is a number, or a ``[low, high]`` range drawn per episode from that episode's
+own seed. Three kinds:
+
+* applied by simeval around any env (:class:`simeval.envs.perturb.Perturb`,
+  below VecNorm): ``observation_noise`` (Gaussian std, in the observation's own
+  units), ``action_noise`` (Gaussian std added to the action the env gets),
+  ``action_delay`` (the env gets the action of ``k`` steps earlier; the first
+  ``k`` actions of an episode are zero), ``action_scale`` (the action is
+  multiplied by it: actuator strength; the env's own limits still apply);
+* simulator-native, on the native MuJoCo env (``backend="native"``):
+  ``body_mass_scale`` (every body's mass and inertia), ``friction_scale``
+  (every geom's friction coefficients), ``gravity`` (its vertical component,
+  m/s^2, nominal -9.81);
+* ``cfg``: Isaac Lab task-config overrides by dotted path, applied before the
+  env is built (``{"cfg": {"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}}``);
+  a value there is the config's value, never drawn by simeval.
+
+Episode ``k`` of global sub-env ``i`` in a round seeded with ``seed`` has the
+seed :func:`episode_seed` ``(seed, i, k)``, whatever checkpoint, backend or
+sharding runs it: its drawn settings and its noise come from that seed alone,
+and its initial state from sub-env ``i``'s generator (seeded ``seed + i``) after
+``k`` resets. That is what makes two checkpoints' episodes common random numbers.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Applied by simeval around any env.
+GENERIC = ("observation_noise", "action_noise", "action_delay", "action_scale")
+# Set in the simulation itself; the native MuJoCo env only.
+MUJOCO_PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
+CFG = "cfg"
+SETTINGS = (*GENERIC, *MUJOCO_PHYSICS)
+# name -> (lowest allowed value, whether it may equal it, whether it is a whole number)
+_RULES: dict[str, tuple[float | None, bool, bool]] = {
+    "observation_noise": (0.0, True, False),
+    "action_noise": (0.0, True, False),
+    "action_delay": (0.0, True, True),
+    "action_scale": (0.0, False, False),
+    "body_mass_scale": (0.0, False, False),
+    "friction_scale": (0.0, True, False),
+    "gravity": (None, True, False),
+}
+_MASK32 = 0xFFFFFFFF
+
+
+def episode_seed(seed: int, sub_env: int, ordinal: int) -> int:
+    """The seed of episode ``ordinal`` of global sub-env ``sub_env`` in a round seeded ``seed`` (a uint32).
+
+    A hash (numpy's ``SeedSequence``) of the three numbers, so neighbouring
+    episodes get unrelated streams and the value is the same on every machine.
+    """
+    state = np.random.SeedSequence([int(seed) & _MASK32, int(sub_env), int(ordinal)]).generate_state(1, np.uint32)
+    return int(state[0])
+
+
+def round_seed(seed: int | None) -> int:
+    """The base of a round's episode seeds: ``seed``, or fresh entropy for an unseeded round."""
+    if seed is not None:
+        return int(seed)
+    return int(np.random.SeedSequence().generate_state(1, np.uint32)[0])
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A checked condition: fixed values, ``(low, high)`` ranges and Isaac Lab config overrides.
+
+    Build one with :meth:`parse` (from plain data, e.g. a suite file's
+    mapping); ``Condition()`` is the nominal env.
+    """
+
+    values: Mapping[str, float | tuple[float, float]] = field(default_factory=dict)
+    cfg: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any] | None, where: str = "condition") -> Condition:
+        """Check ``data`` and build the condition; ValueError (one line, starting with ``where``) otherwise."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: expected a mapping of settings ({{}} for the nominal env), got {data!r}.")
+        values: dict[str, float | tuple[float, float]] = {}
+        cfg: dict[str, Any] = {}
+        for name, value in data.items():
+            if name == CFG:
+                cfg = _parse_cfg(value, f"{where}.{CFG}")
+            elif name in _RULES:
+                values[name] = _parse_value(name, value, f"{where}.{name}")
+            else:
+                raise ValueError(
+                    f"{where}: unknown setting {name!r}; settings are {', '.join(SETTINGS)} and {CFG} "
+                    "(Isaac Lab config overrides by dotted path)."
+                )
+        return cls(values, cfg)
+
+    @property
+    def nominal(self) -> bool:
+        """Whether the condition changes nothing."""
+        return not self.values and not self.cfg
+
+    @property
+    def generic(self) -> dict[str, float | tuple[float, float]]:
+        """The settings simeval applies around the env."""
+        return {k: v for k, v in self.values.items() if k in GENERIC}
+
+    @property
+    def physics(self) -> dict[str, float | tuple[float, float]]:
+        """The simulator-native settings (native MuJoCo env)."""
+        return {k: v for k, v in self.values.items() if k in MUJOCO_PHYSICS}
+
+    @property
+    def ranged(self) -> tuple[str, ...]:
+        """The settings drawn per episode, in a fixed order."""
+        return tuple(sorted(k for k, v in self.values.items() if isinstance(v, tuple)))
+
+    def draw(self, seed: int) -> dict[str, float]:
+        """Every setting's value for the episode with seed ``seed``: ranges drawn uniformly, in name order."""
+        rng = np.random.default_rng(int(seed))
+        out: dict[str, float] = {}
+        for name in sorted(self.values):
+            value = self.values[name]
+            if isinstance(value, tuple):
+                low, high = value
+                if _RULES[name][2]:
+                    out[name] = float(rng.integers(int(low), int(high), endpoint=True))
+                else:
+                    out[name] = float(rng.uniform(low, high))
+            else:
+                out[name] = float(value)
+        return out
+
+    def as_data(self) -> dict[str, Any]:
+        """The condition as plain data (ranges as lists), as a suite file or results.jsonl writes it."""
+        out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(self.values.items())}
+        if self.cfg:
+            out[CFG] = dict(self.cfg)
+        return out
+
+
+def _parse_value(name: str, value: Any, where: str) -> float | tuple[float, float]:
+    """A number, or a [low, high] range with low <= high, within the setting's bounds."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2 or not all(_is_number(v) for v in value):
+            raise ValueError(f"{where}: a range is [low, high] with two numbers, got {value!r}.")
+        low, high = float(value[0]), float(value[1])
+        if low > high:
+            raise ValueError(f"{where}: range [{value[0]}, {value[1]}] has low > high.")
+        _check_bounds(name, low, where)
+        _check_bounds(name, high, where)
+        return (low, high)
+    if not _is_number(value):
+        raise ValueError(f"{where}: expected a number or a [low, high] range, got {value!r}.")
+    _check_bounds(name, float(value), where)
+    return float(value)
+
+
+def _check_bounds(name: str, value: float, where: str) -> None:
+    least, inclusive, whole = _RULES[name]
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a finite number.")
+    if whole and value != int(value):
+        raise ValueError(f"{where}: {name} is a whole number of steps, got {value}.")
+    if least is not None and (value < least or (value == least and not inclusive)):
+        bound = ">=" if inclusive else ">"
+        raise ValueError(f"{where}: {name} must be {bound} {least:g}, got {value:g}.")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _parse_cfg(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError(f"{where}: expected a mapping of dotted config paths to values, got {value!r}.")
+    for path in value:
+        if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
+            raise ValueError(f"{where}: {path!r} is not a dotted path such as events.reset_pole.params.x.")
+    return dict(value)

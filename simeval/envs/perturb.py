@@ -1,0 +1,231 @@
+"""``Perturb``: a condition applied around any batched env, episode by episode, from each episode's seed.
+
+:func:`simeval.envs.make_env` puts it directly around the base env (below
+StepCounter, VecNorm and RewardSum, so ``OBS_NORM_ID`` is unchanged and
+observation noise is in the observation's own units). At each reset it starts
+the reset sub-envs' next episodes: episode ``k`` of global sub-env ``i`` gets
+:func:`simeval.conditions.episode_seed` ``(seed, i, k)``, its ranged settings
+are drawn from that seed (and kept in :attr:`Perturb.draws`), and the native
+MuJoCo env gets the episode's physics before its initial state is computed.
+
+The noise is counter-based: the value added at step ``t`` to component ``j`` is
+a hash of (episode seed, t, j, stream), turned Gaussian (Box-Muller). No
+generator state is carried, so an episode's noise is the same whatever other
+sub-envs, batch sizes, workers or devices run beside it: the common random
+numbers a paired comparison needs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.envs.transforms import Transform
+
+from simeval.conditions import Condition, episode_seed, round_seed
+
+# splitmix64's constants, as signed int64 (torch has no uint64 arithmetic).
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+_M1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_M2 = 0x94D049BB133111EB - (1 << 64)
+_OBS, _ACT = 1, 2  # noise streams
+
+
+def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 values read as uint64."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser (wrapping int64 arithmetic is uint64 arithmetic bit for bit)."""
+    x = (x ^ _shr(x, 30)) * _M1
+    x = (x ^ _shr(x, 27)) * _M2
+    return x ^ _shr(x, 31)
+
+
+def hashed_normal(seeds: torch.Tensor, steps: torch.Tensor, width: int, stream: int) -> torch.Tensor:
+    """Standard normal noise, [E, width] float64, a pure function of (seed, step, component, stream) per row."""
+    device = seeds.device
+    key = _mix(_mix(seeds.long() * _GOLDEN + stream) ^ steps.long())
+    j = torch.arange(2 * width, device=device, dtype=torch.long)
+    bits = _mix(key.unsqueeze(-1) + (j + 1) * _GOLDEN)
+    u = (_shr(bits, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
+    u1, u2 = u[:, :width], u[:, width:]
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+
+
+class Perturb(Transform):
+    """Apply ``condition`` around the env it wraps; see the module docstring.
+
+    Args:
+        condition: the condition (its ``cfg`` overrides are the env builder's
+            business, not this transform's).
+        observation_keys: the observations that get noise (None: every
+            floating-point leaf of the env's observation spec).
+        action_key: the action the delay, scale and noise apply to.
+    """
+
+    def __init__(
+        self, condition: Condition, observation_keys: list | None = None, action_key: str | tuple = "action"
+    ) -> None:
+        super().__init__(in_keys=[], out_keys=[])
+        self.condition = condition
+        self.observation_keys = observation_keys
+        self.action_key = action_key
+        self.draws: dict[tuple[int, int], dict[str, float]] = {}
+        self._base: int | None = None
+        self._first = 0
+        self._state: dict[str, torch.Tensor] | None = None
+        self._pending: torch.Tensor | None = None
+        self._max_delay = int(_high(condition.values.get("action_delay", 0)))
+
+    # -- rounds ---------------------------------------------------------
+    def start_round(self, seed: int, first_sub_env: int = 0) -> None:
+        """Begin a round: the next reset of each sub-env starts its episode 0; ``draws`` is emptied.
+
+        ``seed`` is the round's (:func:`simeval.conditions.round_seed`), the same for every shard;
+        ``first_sub_env`` is this env's first sub-env in the round (a shard's offset).
+        """
+        self._base = int(seed)
+        self._first = int(first_sub_env)
+        self.draws = {}
+        if self._state is not None:
+            self._state["ordinal"].fill_(-1)
+
+    def episode_seeds(self, sub_envs: list[int], ordinals: list[int]) -> list[int]:
+        """The seeds of the episodes at (local sub-env, ordinal) positions of the current round."""
+        return [episode_seed(self._base, self._first + i, k) for i, k in zip(sub_envs, ordinals, strict=True)]
+
+    # -- state ------------------------------------------------------------
+    def _env(self) -> object:
+        parent = self.parent
+        return parent.base_env if parent is not None else None
+
+    def _ensure_state(self) -> dict[str, torch.Tensor]:
+        if self._state is not None:
+            return self._state
+        env = self._env()
+        n = max(1, int(torch.Size(env.batch_size).numel()))
+        device = env.device or torch.device("cpu")
+        if self.observation_keys is None:
+            spec = env.observation_spec
+            self.observation_keys = [
+                k for k in spec.keys(True, True) if spec[k].dtype in (torch.float16, torch.float32, torch.float64)
+            ]
+        action_width = int(np.prod(env.full_action_spec[self.action_key].shape[len(env.batch_size) :]) or 1)
+        zeros = {"device": device, "dtype": torch.float64}
+        self._state = {
+            "ordinal": torch.full((n,), -1, dtype=torch.long),
+            "seed": torch.zeros(n, dtype=torch.long, device=device),
+            "t": torch.zeros(n, dtype=torch.long, device=device),
+            "observation_noise": torch.zeros(n, **zeros),
+            "action_noise": torch.zeros(n, **zeros),
+            "action_scale": torch.ones(n, **zeros),
+            "action_delay": torch.zeros(n, dtype=torch.long, device=device),
+            "history": torch.zeros(n, self._max_delay + 1, action_width, **zeros),
+        }
+        return self._state
+
+    # -- resets -------------------------------------------------------------
+    def _reset_env_preprocess(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        """Start the reset sub-envs' next episodes: seeds, draws, and (native MuJoCo) their physics."""
+        state = self._ensure_state()
+        n = state["ordinal"].numel()
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        ids = torch.arange(n) if mask is None else mask.reshape(-1).cpu().nonzero().squeeze(-1)
+        if mask is not None and ids.numel() == 0:
+            self._pending = ids
+            return tensordict
+        if self._base is None:
+            self.start_round(round_seed(None))
+        state["ordinal"][ids] += 1
+        ranged = self.condition.ranged
+        seeds, drawn = [], {name: [] for name in self.condition.values}
+        for i, k in zip(ids.tolist(), state["ordinal"][ids].tolist(), strict=True):
+            seed = episode_seed(self._base, self._first + i, k)
+            values = self.condition.draw(seed)
+            seeds.append(seed)
+            for name, value in values.items():
+                drawn[name].append(value)
+            if ranged:
+                self.draws[(self._first + i, k)] = {name: values[name] for name in ranged}
+        device = state["seed"].device
+        dev_ids = ids.to(device)
+        state["seed"][dev_ids] = torch.tensor(seeds, dtype=torch.long, device=device)
+        for name in ("observation_noise", "action_noise", "action_scale", "action_delay"):
+            if name in drawn:
+                state[name][dev_ids] = torch.tensor(drawn[name], dtype=state[name].dtype, device=device)
+        physics = {name: np.asarray(drawn[name]) for name in self.condition.physics}
+        if physics:
+            self._env().set_physics(ids.numpy().astype(np.int64), physics)
+        self._pending = ids
+        return tensordict
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        state = self._ensure_state()
+        ids = self._pending if self._pending is not None else torch.arange(state["t"].numel())
+        self._pending = None
+        if ids.numel() == 0:
+            return tensordict_reset
+        dev_ids = ids.to(state["t"].device)
+        state["t"][dev_ids] = 0
+        state["history"][dev_ids] = 0.0
+        self._observation_noise(tensordict_reset, dev_ids)
+        return tensordict_reset
+
+    # -- steps --------------------------------------------------------------
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        state = self._ensure_state()
+        state["t"] += 1
+        self._observation_noise(next_tensordict, None)
+        return next_tensordict
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        values = self.condition.values
+        if not any(name in values for name in ("action_noise", "action_delay", "action_scale")):
+            return tensordict
+        state = self._ensure_state()
+        action = tensordict.get(self.action_key)
+        n = state["t"].numel()
+        applied = action.reshape(n, -1).to(torch.float64)
+        if "action_delay" in values:
+            history = state["history"]
+            history[:, :-1] = history[:, 1:].clone()
+            history[:, -1] = applied
+            rows = torch.arange(n, device=history.device)
+            applied = history[rows, self._max_delay - state["action_delay"]]
+        if "action_scale" in values:
+            applied = applied * state["action_scale"].unsqueeze(-1)
+        if "action_noise" in values:
+            noise = hashed_normal(state["seed"], state["t"], applied.shape[-1], _ACT)
+            applied = applied + state["action_noise"].unsqueeze(-1) * noise
+        tensordict = tensordict.copy()
+        tensordict.set(self.action_key, applied.to(action.dtype).reshape(action.shape))
+        return tensordict
+
+    def _observation_noise(self, td: TensorDictBase, ids: torch.Tensor | None) -> None:
+        if "observation_noise" not in self.condition.values:
+            return
+        state = self._state
+        rows = slice(None) if ids is None else ids
+        seeds, steps, std = state["seed"][rows], state["t"][rows], state["observation_noise"][rows]
+        for stream, key in enumerate(self.observation_keys):
+            obs = td.get(key)
+            flat = obs.reshape(state["t"].numel(), -1)
+            noise = hashed_normal(seeds, steps, flat.shape[-1], _OBS + 16 * stream)
+            noisy = flat.clone()
+            noisy[rows] = (flat[rows].double() + std.unsqueeze(-1) * noise).to(obs.dtype)
+            td.set(key, noisy.reshape(obs.shape))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Nothing outside an env: a condition acts on env steps only."""
+        return tensordict
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.condition.as_data()})"
+
+
+def _high(value: float | tuple[float, float]) -> float:
+    return value[1] if isinstance(value, tuple) else value

@@ -1,0 +1,183 @@
+"""Suite files: tasks x conditions, read as plain data (``--suite FILE``).
+
+.. code-block:: yaml
+
+    name: halfcheetah-robustness
+    episodes: 16        # per cell
+    seed: 0
+    num_envs: 8         # defaults for every task; a task may override them
+    max_steps: 1000
+    tasks:
+      - env: HalfCheetah-v5
+        reference: {low: -280, high: 5000}   # optional: an untrained and an expert score
+        conditions:                          # name -> settings; {} is the nominal env
+          nominal: {}
+          obs-noise: {observation_noise: 0.1}
+          heavy: {body_mass_scale: [1.2, 1.5]}
+
+A cell is (task, condition). Every error is one line naming the file and the
+field (``suites/x.yaml: tasks[0].conditions.heavy.body_mass_scale: ...``).
+The settings a condition may hold are :mod:`simeval.conditions`'.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from simeval.conditions import Condition
+from simeval.launch.config import ConfigError
+
+_TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "tasks")
+_TASK = ("env", "conditions", "reference", "episodes", "seed", "num_envs", "max_steps")
+_DEFAULTS = {"episodes": 16, "seed": 0, "num_envs": 8, "max_steps": 1000}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    """One task of a suite: its env id, its run settings and its named conditions (in file order)."""
+
+    env: str
+    episodes: int
+    seed: int
+    num_envs: int
+    max_steps: int | None
+    conditions: dict[str, Condition]
+    reference: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A (task, condition) pair: what one results.jsonl line of a suite run is about."""
+
+    task: SuiteTask
+    condition_name: str
+    condition: Condition
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(task env id, condition name), unique in a suite."""
+        return (self.task.env, self.condition_name)
+
+    def context(self, suite: str) -> dict[str, Any]:
+        """The fields a results.jsonl line of this cell carries besides the usual ones."""
+        out = {
+            "suite": suite,
+            "task": self.task.env,
+            "condition": self.condition_name,
+            "condition_settings": self.condition.as_data(),
+            "seed": self.task.seed,
+            "num_envs": self.task.num_envs,
+            "max_steps": self.task.max_steps,
+        }
+        if self.task.reference is not None:
+            out["reference"] = {"low": self.task.reference[0], "high": self.task.reference[1]}
+        return out
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A parsed suite file."""
+
+    name: str
+    path: str
+    tasks: list[SuiteTask] = field(default_factory=list)
+
+    def cells(self) -> list[Cell]:
+        """Every cell, task by task, conditions in file order."""
+        return [Cell(t, name, c) for t in self.tasks for name, c in t.conditions.items()]
+
+
+def load_suite(path: str) -> Suite:
+    """Read and check a suite file; ConfigError (one line naming the file and the field) when it is wrong."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"--suite {path}: no such file.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}.") from None
+    try:
+        return _suite(data, path)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _suite(data: Any, path: str) -> Suite:
+    if not isinstance(data, Mapping):
+        raise ValueError("a suite is a mapping with name, tasks and optional defaults (episodes, seed, ...).")
+    _known(data, _TOP, "")
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name: a suite needs a name (letters, digits, '_', '.', '-', '+'), got {name!r}.")
+    defaults = {key: _setting(data, key, _DEFAULTS[key], "") for key in _DEFAULTS}
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        raise ValueError("tasks: a non-empty list of tasks, each with an env and its conditions.")
+    parsed = [_task(t, f"tasks[{i}]", defaults) for i, t in enumerate(tasks)]
+    seen: set[str] = set()
+    for i, task in enumerate(parsed):
+        if task.env in seen:
+            raise ValueError(f"tasks[{i}].env: {task.env} is listed twice; give it one list of conditions.")
+        seen.add(task.env)
+    return Suite(name, path, parsed)
+
+
+def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: a task is a mapping with env and conditions, got {data!r}.")
+    _known(data, _TASK, where + ".")
+    env = data.get("env")
+    if not isinstance(env, str) or not env:
+        raise ValueError(f"{where}.env: every task names its env (a gymnasium id or isaaclab:<id>).")
+    conditions = data.get("conditions", {"nominal": {}})
+    if not isinstance(conditions, Mapping) or not conditions:
+        raise ValueError(f"{where}.conditions: a mapping of condition names to settings ({{}}: the nominal env).")
+    parsed = {}
+    for name, settings in conditions.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"{where}.conditions: {name!r} is not a name (letters, digits, '_', '.', '-', '+').")
+        parsed[name] = Condition.parse(settings, f"{where}.conditions.{name}")
+    return SuiteTask(
+        env=env,
+        episodes=_setting(data, "episodes", defaults["episodes"], where + "."),
+        seed=_setting(data, "seed", defaults["seed"], where + "."),
+        num_envs=_setting(data, "num_envs", defaults["num_envs"], where + "."),
+        max_steps=_setting(data, "max_steps", defaults["max_steps"], where + "."),
+        conditions=parsed,
+        reference=_reference(data.get("reference"), where + ".reference"),
+    )
+
+
+def _setting(data: Mapping, key: str, default: Any, prefix: str) -> Any:
+    value = data.get(key, default)
+    if key == "max_steps" and value is None:
+        return None
+    least = 0 if key == "seed" else 1
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"{prefix}{key}: a whole number >= {least}, got {value!r}.")
+    return value
+
+
+def _reference(data: Any, where: str) -> tuple[float, float] | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or set(data) != {"low", "high"}:
+        raise ValueError(f"{where}: {{low: <an untrained score>, high: <an expert score>}}, got {data!r}.")
+    low, high = data["low"], data["high"]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low == high:
+        raise ValueError(f"{where}: low and high are two different numbers, got {low!r} and {high!r}.")
+    return (float(low), float(high))
+
+
+def _known(data: Mapping, keys: tuple[str, ...], prefix: str) -> None:
+    for key in data:
+        if key not in keys:
+            raise ValueError(f"{prefix}{key}: unknown field; a {'task' if prefix else 'suite'} has {', '.join(keys)}.")

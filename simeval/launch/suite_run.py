@@ -1,0 +1,276 @@
+"""``--suite FILE``: every checkpoint x cell evaluated exactly once, restart-safe, over K evaluators.
+
+Checkpoints come from the usual source (``--checkpoint`` or ``--watch``). Each
+one brings a job per cell of the suite whose task is the checkpoint's env (a
+checkpoint that records no env gets every cell). An evaluator is built for one
+cell (its env carries the cell's condition); an idle one takes a job of its own
+cell first and is rebuilt for another cell only when none is left, so a
+backlog of checkpoints costs one env build per cell. ``--workers K`` (Ray)
+runs K cells at once. Every outcome is one results.jsonl line, appended and
+fsync'd as it comes in; a restart skips every (checkpoint, task, condition)
+already there, so nothing measured is run twice and nothing is lost.
+
+A cell's numbers depend only on the checkpoint and the cell (task, condition,
+seed, num_envs, episodes, max_steps): not on the order, the worker or K.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from simeval.launch.build import make_evaluator, record_context
+from simeval.launch.cli import Parsed
+from simeval.launch.plan import plan_for
+from simeval.launch.sources import checkpoint_name
+from simeval.launch.suite import Cell, Suite
+
+if TYPE_CHECKING:
+    import threading
+
+    from simeval.launch.results import ResultsLog
+    from simeval.launch.sources import CheckpointSource
+
+# Flags a suite file sets per task: giving them as well is an error, not a silent override.
+SUITE_SETTINGS = ("env", "episodes", "num_envs", "max_steps", "seed")
+_TICK_S = 0.2
+
+
+@dataclass
+class _Job:
+    ck: Any
+    cell: Cell
+
+
+@dataclass
+class _Slot:
+    evaluator: Any = None
+    cell: Cell | None = None
+    job: _Job | None = None
+    started: float = 0.0
+    plan: Any = None
+    env_backend: str | None = None
+
+
+class SuiteRun:
+    """The dispatch loop of a suite run: jobs (checkpoint, cell) onto K evaluator slots."""
+
+    def __init__(self, parsed: Parsed, suite: Suite, out: str, log: ResultsLog, stop: threading.Event) -> None:
+        self.parsed, self.cfg, self.suite = parsed, parsed.cfg, suite
+        self.out, self.log, self.stop = out, log, stop
+        self.slots = [_Slot() for _ in range(max(1, self.cfg.workers))]
+        self.jobs: list[_Job] = []
+        self.done = self._done_cells()
+        self.closed = False  # --until-step reached: take no more checkpoints
+
+    def _done_cells(self) -> set[tuple[str, str, str]]:
+        """(checkpoint name, task, condition) of every line of this suite already in results.jsonl."""
+        return {
+            (r["checkpoint_name"], r["task"], r["condition"])
+            for r in self.log.records()
+            if r.get("suite") == self.suite.name and "task" in r and "checkpoint_name" in r
+        }
+
+    def unreadable(self) -> set[str]:
+        """Checkpoint names recorded as unreadable (a failed line without a cell): never tried again."""
+        return {
+            r["checkpoint_name"]
+            for r in self.log.records()
+            if r.get("status") == "failed" and "task" not in r and "checkpoint_name" in r
+        }
+
+    # -- the loop -------------------------------------------------------------
+    def run(self, source: CheckpointSource) -> int:
+        """Evaluate every cell of every checkpoint ``source`` gives, until it is done or a signal; exit code 0."""
+        if self.done:
+            print(f"resuming: {len(self.done)} cell evaluation(s) already in {self.log.path}", flush=True)
+        next_scan = 0.0
+        try:
+            while not self.stop.is_set():
+                if not self.closed and not source.done and time.monotonic() >= next_scan and not self.jobs:
+                    self._take(source)
+                    next_scan = time.monotonic() + self.cfg.poll_interval
+                self._start_idle()
+                self._collect()
+                busy = any(s.job is not None for s in self.slots)
+                if (source.done or self.closed) and not self.jobs and not busy:
+                    if self.closed:
+                        print(f"reached --until-step {self.cfg.until_step}; done.", flush=True)
+                    return 0
+                self.stop.wait(_TICK_S if busy or self.jobs else max(0.01, next_scan - time.monotonic()))
+            running = sum(s.job is not None for s in self.slots)
+            where = f"{running} running cell evaluation(s) abandoned, " if running else ""
+            print(f"stopped by signal; {where}nothing partial written; results so far are in {self.log.path}")
+            return 0
+        finally:
+            for slot in self.slots:
+                self._close(slot)
+
+    def _take(self, source: CheckpointSource) -> None:
+        """Queue the cells still to do of every checkpoint the source has now."""
+        from simeval.launch.sources import Unreadable
+
+        while True:
+            ck = source.take()
+            if ck is None:
+                return
+            if isinstance(ck, Unreadable):
+                self._record_failure(ck.path, ck.error, ck.step)
+                continue
+            name = checkpoint_name(ck.path, self.cfg.watch)
+            cells = [c for c in self.suite.cells() if not ck.env or c.task.env == ck.env]
+            if not cells:
+                tasks = ", ".join(t.env for t in self.suite.tasks)
+                print(f"{name}: trained on {ck.env}, which is no task of suite {self.suite.name} ({tasks}).")
+                continue
+            todo = [c for c in cells if (name, *c.key) not in self.done]
+            self.jobs.extend(_Job(ck, c) for c in todo)
+            if self.cfg.until_step is not None and ck.step >= self.cfg.until_step:
+                self.closed = True
+                return
+
+    def _start_idle(self) -> None:
+        """Give each idle slot a job: one of the cell it is built for first, else the oldest job."""
+        for slot in self.slots:
+            if slot.job is not None or not self.jobs:
+                continue
+            job = next((j for j in self.jobs if slot.cell is not None and j.cell.key == slot.cell.key), self.jobs[0])
+            self.jobs.remove(job)
+            try:
+                self._start(slot, job)
+            except Exception as exc:  # noqa: BLE001 - recorded as this cell's failure
+                self._close(slot)
+                self._record_cell_failure(job, exc)
+
+    def _start(self, slot: _Slot, job: _Job) -> None:
+        from simeval.envs import check_env
+        from simeval.launch.config import ConfigError
+
+        cfg = self._cell_config(job.cell)
+        plan = plan_for(cfg, self.parsed.explicit | {"env"}, job.ck)
+        if slot.cell is None or slot.cell.key != job.cell.key:
+            self._close(slot)
+            try:
+                backend = check_env(plan.env, cfg.env_backend)
+            except ValueError as exc:
+                raise ConfigError(f"{self.suite.path}: task {plan.env}: {exc}") from None
+            slot.evaluator = make_evaluator(
+                cfg, plan, self.parsed.extra, self.out, backend, condition=job.cell.condition
+            )
+            slot.cell, slot.env_backend = job.cell, backend
+        weights = dict(job.ck.weights_dict) if plan.obs_norm else {"policy": job.ck.policy}
+        slot.plan = plan
+        slot.evaluator.trigger_eval(weights_dict=weights, step=job.ck.step)
+        slot.job, slot.started = job, time.monotonic()
+        name = checkpoint_name(job.ck.path, self.cfg.watch)
+        print(f"evaluating {name} (step {job.ck.step}) on {job.cell.task.env} / {job.cell.condition_name} ...")
+
+    def _cell_config(self, cell: Cell) -> Any:
+        t = cell.task
+        return dataclasses.replace(
+            self.cfg, env=t.env, episodes=t.episodes, num_envs=t.num_envs, max_steps=t.max_steps, seed=t.seed
+        )
+
+    def _collect(self) -> None:
+        from simeval.errors import EvalError
+
+        for slot in self.slots:
+            if slot.job is None:
+                continue
+            try:
+                result = slot.evaluator.poll()
+            except EvalError as exc:
+                job, slot.job = slot.job, None
+                self._record_cell_failure(job, exc)
+                continue
+            if result is None:
+                continue
+            job, slot.job = slot.job, None
+            self._record(job, result, time.monotonic() - slot.started, slot)
+
+    # -- records --------------------------------------------------------------
+    def _record(self, job: _Job, result: dict, seconds: float, slot: _Slot) -> None:
+        from simeval.records import make_record
+
+        ck, name = job.ck, checkpoint_name(job.ck.path, self.cfg.watch)
+        record = make_record(
+            result,
+            checkpoint=ck.path,
+            checkpoint_name=name,
+            checkpoint_sha256=ck.sha256,
+            checkpoint_format=ck.meta.get("format", "simeval"),
+            wall_time=round(seconds, 3),
+            **record_context(self.cfg, slot.plan, slot.env_backend),
+            **job.cell.context(self.suite.name),
+        )
+        self.log.append(record)
+        self.done.add((name, *job.cell.key))
+        m = record["metrics"]
+        low, high = m.get("reward_ci_low"), m.get("reward_ci_high")
+        band = f" [{low:.1f}, {high:.1f}]" if low is not None and high is not None else ""
+        print(f"{name} {job.cell.task.env} / {job.cell.condition_name}: {m['reward']:.1f}{band}", flush=True)
+
+    def _record_cell_failure(self, job: _Job, exc: BaseException) -> None:
+        from simeval.launch.config import ConfigError
+        from simeval.records import failed_record
+
+        if isinstance(exc, ConfigError):
+            raise exc  # the run's settings: no cell of this kind could be evaluated
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        name = checkpoint_name(job.ck.path, self.cfg.watch)
+        print(f"{name} {job.cell.task.env} / {job.cell.condition_name} failed: {message}", flush=True)
+        record = failed_record(job.ck.path, message, job.ck.step, name)
+        record.update(job.cell.context(self.suite.name))
+        self.log.append(record)
+        self.done.add((name, *job.cell.key))
+
+    def _record_failure(self, path: str, message: str, step: int | None) -> None:
+        from simeval.records import failed_record
+
+        name = checkpoint_name(path, self.cfg.watch)
+        print(f"checkpoint {name} failed: {message}", flush=True)
+        record = failed_record(path, message, step, name)
+        record["suite"] = self.suite.name
+        self.log.append(record)
+
+    def _close(self, slot: _Slot) -> None:
+        if slot.evaluator is not None:
+            slot.evaluator.shutdown(timeout=10.0)
+        slot.evaluator, slot.cell, slot.job = None, None, None
+
+
+def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) -> int:
+    """``--suite FILE`` with ``--checkpoint`` or ``--watch``: load the suite, then :class:`SuiteRun`."""
+    from simeval.launch.config import ConfigError
+    from simeval.launch.sources import One, Watcher, check_watch_dir
+    from simeval.launch.suite import load_suite
+
+    cfg = parsed.cfg
+    clash = [f"--{k.replace('_', '-')}" for k in SUITE_SETTINGS if k in parsed.explicit]
+    if clash:
+        raise ConfigError(f"--suite {cfg.suite} sets {', '.join(clash)} per task: leave them out (or edit the file).")
+    suite = load_suite(cfg.suite)
+    from simeval.envs import check_env
+
+    for task in suite.tasks:
+        try:
+            check_env(task.env, cfg.env_backend)
+        except ValueError as exc:
+            raise ConfigError(f"{cfg.suite}: task {task.env}: {exc}") from None
+    if cfg.backend == "ray":
+        from simeval.backends.ray_slots import check_capacity, ensure_ray
+
+        check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
+    run = SuiteRun(parsed, suite, out, log, stop)
+    cells = len(suite.cells())
+    print(f"suite {suite.name}: {len(suite.tasks)} task(s), {cells} cell(s)", flush=True)
+    if cfg.source == "checkpoint":
+        from simeval.checkpoints import load_checkpoint
+
+        source = One(load_checkpoint(cfg.checkpoint, cfg.format))
+    else:
+        check_watch_dir(cfg.watch)
+        source = Watcher(cfg.watch, run.unreadable(), stop, cfg.poll_interval, cfg.format)
+    return run.run(source)

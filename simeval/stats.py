@@ -1,0 +1,603 @@
+"""Statistics over per-episode arrays: intervals, paired comparisons, across-task aggregates.
+
+Pure functions of numbers (numpy and scipy, no torch), deterministic for a
+given ``seed``. Three layers:
+
+* one cell (a task under one condition): :func:`mean_ci`;
+* two checkpoints on one cell, with common random numbers (episode ``j`` has
+  the same seed for both, so the two arrays are *paired*): :func:`paired`,
+  then :func:`holm` / :func:`verdicts` over a family of cells;
+* across tasks, with the definitions of rliable (Agarwal et al. 2021, "Deep
+  Reinforcement Learning at the Edge of the Statistical Precipice"):
+  :func:`iqm`, :func:`aggregate`, :func:`aggregate_difference`,
+  :func:`probability_of_improvement`, :func:`performance_profile`.
+
+Every bootstrap here is a percentile bootstrap. When every resample gives the
+same number (a single episode, identical values) the interval collapses to
+the point estimate. NaN or infinite inputs raise ``ValueError`` naming the
+argument.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from simeval.metrics import bootstrap_ci
+
+# What the functions accept for "an array of per-episode numbers".
+Array = Union[Sequence[float], np.ndarray]
+# Per-task scores: task name -> 1-D array of per-episode scores (tasks may differ in length).
+TaskScores = Mapping[str, Array]
+
+STATISTICS = ("iqm", "mean", "median", "optimality_gap")
+VERDICTS = ("better", "worse", "inconclusive")
+# Resampled values held at once by a bootstrap (rows are drawn in chunks below this size).
+_CHUNK_ELEMENTS = 4_000_000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its confidence interval ``[low, high]``.
+
+    Attributes:
+        value: The point estimate.
+        low: Lower end of the interval.
+        high: Upper end of the interval.
+    """
+
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Checkpoint B against checkpoint A on one cell, episode by episode.
+
+    Attributes:
+        n: Number of episode pairs.
+        mean_a: Mean of A's per-episode values.
+        mean_b: Mean of B's per-episode values.
+        diff: ``mean(b - a)`` with a paired percentile-bootstrap interval.
+        p_improvement: Paired ``P(X_B > X_A)``, ``mean_j([b_j > a_j] + 0.5 [b_j == a_j])``,
+            with an interval from the same bootstrap resamples.
+        p_value: Two-sided paired sign-flip permutation test of ``mean(b - a) == 0``
+            (1.0 when every difference is 0, or for a single pair).
+    """
+
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: Interval
+    p_improvement: Interval
+    p_value: float
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """A performance profile (fraction of scores above each threshold) with pointwise intervals.
+
+    Attributes:
+        taus: The thresholds.
+        value: Fraction of all pooled scores ``> tau``, one per threshold.
+        low: Lower ends of the pointwise stratified-bootstrap intervals.
+        high: Upper ends.
+    """
+
+    taus: np.ndarray
+    value: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+# ----------------------------------------------------------------- validation
+
+
+def _array(x: Array, name: str, allow_empty: bool = False) -> np.ndarray:
+    """``x`` as a 1-D float64 array; ValueError naming ``name`` if it is not one, is empty or is not finite."""
+    try:
+        data = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an array of numbers: {exc}") from None
+    if data.ndim == 0:
+        data = data.reshape(1)
+    if data.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {data.shape}.")
+    if data.size == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty.")
+    bad = ~np.isfinite(data)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        kind = "NaN" if math.isnan(data[at]) else "an infinite value"
+        raise ValueError(f"{name} contains {kind} (at index {at}).")
+    return data
+
+
+def _task_arrays(scores: TaskScores, name: str) -> dict[str, np.ndarray]:
+    """Each task's scores as a checked 1-D array, in the mapping's order."""
+    if not isinstance(scores, Mapping):
+        raise ValueError(f"{name} must be a mapping of task name -> per-episode scores, got {type(scores).__name__}.")
+    if not scores:
+        raise ValueError(f"{name} has no tasks.")
+    return {task: _array(values, f"{name}[{task!r}]") for task, values in scores.items()}
+
+
+def _same_tasks(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], name_a: str, name_b: str) -> None:
+    if set(a) != set(b):
+        only_a, only_b = sorted(map(str, set(a) - set(b))), sorted(map(str, set(b) - set(a)))
+        raise ValueError(
+            f"{name_a} and {name_b} have different tasks: only in {name_a} {only_a}, only in {name_b} {only_b}."
+        )
+
+
+def _check_bootstrap(confidence: float, n_resamples: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
+    if int(n_resamples) != n_resamples or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples}.")
+
+
+# ------------------------------------------------------------- bootstrap core
+
+
+def _interval(value: float, boot: np.ndarray, confidence: float) -> Interval:
+    """The percentile interval of bootstrap replicates ``boot`` (collapsed to ``value`` when they are all equal)."""
+    if boot.size == 0 or np.all(boot == boot[0]):
+        return Interval(float(value), float(value), float(value))
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+    return Interval(float(value), float(low), float(high))
+
+
+def _row_chunks(n_resamples: int, width: int) -> Iterator[int]:
+    """Row counts of successive chunks of an ``n_resamples x width`` resample matrix."""
+    rows = max(1, _CHUNK_ELEMENTS // max(width, 1))
+    done = 0
+    while done < n_resamples:
+        step = min(rows, n_resamples - done)
+        yield step
+        done += step
+
+
+def _stratified_indices(sizes: Sequence[int], rows: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One ``rows x n_t`` matrix of episode indices per task, drawn within that task only."""
+    return [rng.integers(0, n, size=(rows, n)) for n in sizes]
+
+
+def _statistic(name: str, gamma: float) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """The aggregate ``name`` over per-task 2-D arrays (rows: resamples, columns: episodes), one value per row."""
+
+    def iqm_rows(tasks: list[np.ndarray]) -> np.ndarray:
+        from scipy.stats import trim_mean
+
+        return np.asarray(trim_mean(np.concatenate(tasks, axis=1), 0.25, axis=1), dtype=np.float64)
+
+    def mean_rows(tasks: list[np.ndarray]) -> np.ndarray:
+        return np.mean(np.stack([t.mean(axis=1) for t in tasks], axis=1), axis=1)
+
+    def median_rows(tasks: list[np.ndarray]) -> np.ndarray:
+        return np.median(np.stack([t.mean(axis=1) for t in tasks], axis=1), axis=1)
+
+    def gap_rows(tasks: list[np.ndarray]) -> np.ndarray:
+        return gamma - np.mean(np.minimum(np.concatenate(tasks, axis=1), gamma), axis=1)
+
+    table = {"iqm": iqm_rows, "mean": mean_rows, "median": median_rows, "optimality_gap": gap_rows}
+    if name not in table:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}; got {name!r}.")
+    return table[name]
+
+
+# ------------------------------------------------------------------ one cell
+
+
+def mean_ci(x: Array, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Interval:
+    """Mean of ``x`` with a percentile-bootstrap interval (:func:`simeval.metrics.bootstrap_ci`).
+
+    Args:
+        x: Per-episode values.
+        confidence: Coverage of the interval.
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the resampling (``np.random.default_rng(seed)``).
+
+    Returns:
+        The mean and its interval; the interval collapses to the mean for a
+        single episode or identical values.
+
+    Raises:
+        ValueError: ``x`` is empty, not 1-D or not finite.
+    """
+    data = _array(x, "x")
+    _check_bootstrap(confidence, n_resamples)
+    low, high = bootstrap_ci(data, confidence=confidence, n_resamples=int(n_resamples), seed=seed)
+    return Interval(float(data.mean()), float(low), float(high))
+
+
+def paired(
+    a: Array,
+    b: Array,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    n_permutations: int | None = None,
+) -> Paired:
+    """Compare B with A on one cell, where episode ``j`` of both ran with the same seed.
+
+    The bootstrap resamples episode indices (the same indices for ``a`` and
+    ``b``), so the episode-to-episode variation the two checkpoints share
+    cancels out of the interval. The p-value is the two-sided paired
+    permutation test of ``scipy.stats.permutation_test`` with
+    ``permutation_type="samples"`` (swapping ``a_j`` and ``b_j``, i.e. flipping
+    the sign of ``b_j - a_j``): exact when ``2**n <= n_permutations``, Monte
+    Carlo otherwise, with its generator ``np.random.default_rng(seed)``.
+
+    Args:
+        a: Per-episode values of checkpoint A (the baseline).
+        b: Per-episode values of checkpoint B, the same episodes in the same order.
+        confidence: Coverage of the intervals.
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the bootstrap and of the permutation test.
+        n_permutations: Permutations of the test; ``n_resamples`` when None.
+
+    Returns:
+        The :class:`Paired` summary.
+
+    Raises:
+        ValueError: The arrays are empty, differ in length or are not finite.
+    """
+    a_data, b_data = _array(a, "a"), _array(b, "b")
+    if a_data.size != b_data.size:
+        raise ValueError(f"a and b must be paired episode by episode: a has {a_data.size} values, b has {b_data.size}.")
+    _check_bootstrap(confidence, n_resamples)
+    n_perm = int(n_resamples if n_permutations is None else n_permutations)
+    if n_perm < 1:
+        raise ValueError(f"n_permutations must be a positive integer, got {n_permutations}.")
+    n = int(a_data.size)
+    d = b_data - a_data
+    wins = (b_data > a_data) + 0.5 * (b_data == a_data)
+
+    rng = np.random.default_rng(seed)
+    diff_boot, win_boot = np.empty(int(n_resamples)), np.empty(int(n_resamples))
+    row = 0
+    for rows in _row_chunks(int(n_resamples), n):
+        idx = rng.integers(0, n, size=(rows, n))
+        diff_boot[row : row + rows] = d[idx].mean(axis=1)
+        win_boot[row : row + rows] = wins[idx].mean(axis=1)
+        row += rows
+
+    return Paired(
+        n=n,
+        mean_a=float(a_data.mean()),
+        mean_b=float(b_data.mean()),
+        diff=_interval(float(d.mean()), diff_boot, confidence),
+        p_improvement=_interval(float(wins.mean()), win_boot, confidence),
+        p_value=_paired_p_value(a_data, b_data, n_perm, seed),
+    )
+
+
+def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(y - x, axis=axis)
+
+
+def _paired_p_value(a: np.ndarray, b: np.ndarray, n_permutations: int, seed: int) -> float:
+    """Two-sided paired permutation test of ``mean(b - a) == 0``; 1.0 when every difference is 0.
+
+    One pair is 1.0 too: its two sign patterns are ``d`` and ``-d``, equally extreme.
+    """
+    if a.size < 2 or np.all(a == b):
+        return 1.0
+
+    from scipy.stats import permutation_test
+
+    # scipy >= 1.15 names the generator ``rng``; older releases ``random_state``.
+    key = "rng" if "rng" in inspect.signature(permutation_test).parameters else "random_state"
+    res = permutation_test(
+        (a, b),
+        _mean_difference,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=n_permutations,
+        alternative="two-sided",
+        **{key: np.random.default_rng(seed)},
+    )
+    return float(min(1.0, res.pvalue))
+
+
+# ---------------------------------------------------------- a family of cells
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (Holm 1979), in the order given.
+
+    With ``m`` p-values sorted ascending, the ``k``-th smallest (``k`` from 1)
+    becomes ``max over j <= k of min(1, (m - j + 1) p_(j))``. Rejecting the
+    hypotheses whose adjusted p-value is below ``alpha`` controls the
+    family-wise error rate at ``alpha``.
+
+    Args:
+        p_values: Raw p-values in [0, 1].
+
+    Returns:
+        The adjusted p-values, same length and order as ``p_values``.
+
+    Raises:
+        ValueError: A p-value is NaN or outside [0, 1].
+    """
+    p = _array(p_values, "p_values", allow_empty=True)
+    if ((p < 0) | (p > 1)).any():
+        raise ValueError(f"p_values must lie in [0, 1], got {p[(p < 0) | (p > 1)][0]}.")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return [float(v) for v in adjusted]
+
+
+def verdicts(results: Sequence[Paired], alpha: float = 0.05) -> list[str]:
+    """One verdict per comparison, with Holm's correction over the whole family.
+
+    Args:
+        results: The family of comparisons (e.g. every cell of a report).
+        alpha: Family-wise error rate.
+
+    Returns:
+        One verdict per result, in order. ``"better"``: B beats A, the
+        Holm-adjusted p-value is below ``alpha`` and ``diff.value > 0``;
+        ``"worse"``: adjusted p-value below ``alpha`` and ``diff.value < 0``;
+        ``"inconclusive"`` otherwise.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}.")
+    adjusted = holm([r.p_value for r in results])
+    out = []
+    for result, p in zip(results, adjusted, strict=True):
+        if p < alpha and result.diff.value > 0:
+            out.append("better")
+        elif p < alpha and result.diff.value < 0:
+            out.append("worse")
+        else:
+            out.append("inconclusive")
+    return out
+
+
+# --------------------------------------------------------------- across tasks
+
+
+def normalized(scores: Array, low: float, high: float) -> np.ndarray:
+    """Scores rescaled so that ``low`` maps to 0 and ``high`` to 1: ``(x - low) / (high - low)``.
+
+    Args:
+        scores: Raw scores (any shape).
+        low: The score that becomes 0 (e.g. a random policy's).
+        high: The score that becomes 1 (e.g. a reference policy's).
+
+    Returns:
+        The normalised scores as a float64 array of the same shape.
+
+    Raises:
+        ValueError: ``high == low``, or a bound or score is not finite.
+    """
+    data = np.asarray(scores, dtype=np.float64)
+    _array(data.reshape(-1), "scores", allow_empty=True)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"low and high must be finite, got low={low}, high={high}.")
+    if high == low:
+        raise ValueError(f"high and low must differ to normalise, both are {low}.")
+    return (data - low) / (high - low)
+
+
+def iqm(x: Array) -> float:
+    """Interquartile mean: the mean of the middle 50% of all scores (``scipy.stats.trim_mean(x, 0.25)``).
+
+    Args:
+        x: Scores, any shape (flattened, as rliable's ``aggregate_iqm``).
+
+    Returns:
+        The 25%-trimmed mean.
+    """
+    from scipy.stats import trim_mean
+
+    data = _array(np.asarray(x, dtype=np.float64).reshape(-1), "x")
+    return float(trim_mean(data, 0.25))
+
+
+def _point(tasks: list[np.ndarray], statistic: Callable[[list[np.ndarray]], np.ndarray]) -> float:
+    return float(statistic([t[np.newaxis, :] for t in tasks])[0])
+
+
+def aggregate(
+    scores: TaskScores, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0, gamma: float = 1.0
+) -> dict[str, Interval]:
+    """rliable's aggregate metrics over tasks, each with a stratified-bootstrap interval.
+
+    Definitions (rliable ``metrics``): ``iqm``, the 25%-trimmed mean of all
+    tasks' scores pooled; ``mean``, the mean of the per-task means;
+    ``median``, the median of the per-task means; ``optimality_gap``,
+    ``gamma - mean(min(score, gamma))`` over all scores pooled (how far below
+    ``gamma`` the scores fall; lower is better). With equal episode counts per
+    task the pooled statistics equal rliable's; with unequal counts a task's
+    weight in ``iqm`` and ``optimality_gap`` is its share of the episodes.
+
+    The bootstrap is stratified: each resample redraws episodes within every
+    task independently, so every task keeps its number of episodes.
+
+    Args:
+        scores: Task name -> 1-D per-episode scores (normalise first with :func:`normalized`).
+        confidence: Coverage of the intervals.
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+        gamma: Threshold of the optimality gap.
+
+    Returns:
+        ``{"iqm": ..., "mean": ..., "median": ..., "optimality_gap": ...}``.
+    """
+    tasks = list(_task_arrays(scores, "scores").values())
+    _check_bootstrap(confidence, n_resamples)
+    functions = {name: _statistic(name, gamma) for name in STATISTICS}
+    boot = {name: np.empty(int(n_resamples)) for name in STATISTICS}
+    rng = np.random.default_rng(seed)
+    sizes = [t.size for t in tasks]
+    row = 0
+    for rows in _row_chunks(int(n_resamples), sum(sizes)):
+        resampled = [t[idx] for t, idx in zip(tasks, _stratified_indices(sizes, rows, rng), strict=True)]
+        for name, function in functions.items():
+            boot[name][row : row + rows] = function(resampled)
+        row += rows
+    return {name: _interval(_point(tasks, functions[name]), boot[name], confidence) for name in STATISTICS}
+
+
+def aggregate_difference(
+    scores_a: TaskScores,
+    scores_b: TaskScores,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    statistic: str = "iqm",
+    gamma: float = 1.0,
+) -> Interval:
+    """``stat(B) - stat(A)`` across tasks with a paired stratified-bootstrap interval.
+
+    Within each task, A's and B's episodes are paired (common random numbers),
+    so each resample draws one set of episode indices per task and applies it
+    to both.
+
+    Args:
+        scores_a: Task name -> per-episode scores of A.
+        scores_b: Task name -> per-episode scores of B (same tasks, same lengths).
+        confidence: Coverage of the interval.
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+        statistic: One of ``"iqm"``, ``"mean"``, ``"median"``, ``"optimality_gap"``
+            (see :func:`aggregate`). For the optimality gap, a negative difference is an improvement.
+        gamma: Threshold of the optimality gap.
+
+    Returns:
+        The difference and its interval.
+
+    Raises:
+        ValueError: The tasks or their lengths differ, or a score is not finite.
+    """
+    a = _task_arrays(scores_a, "scores_a")
+    b = _task_arrays(scores_b, "scores_b")
+    _same_tasks(a, b, "scores_a", "scores_b")
+    for task in a:
+        if a[task].size != b[task].size:
+            raise ValueError(
+                f"task {task!r}: scores_a has {a[task].size} episodes and scores_b {b[task].size}; "
+                "paired tasks need the same episodes."
+            )
+    _check_bootstrap(confidence, n_resamples)
+    function = _statistic(statistic, gamma)
+    names = list(a)
+    tasks_a, tasks_b = [a[t] for t in names], [b[t] for t in names]
+    sizes = [t.size for t in tasks_a]
+    boot = np.empty(int(n_resamples))
+    rng = np.random.default_rng(seed)
+    row = 0
+    for rows in _row_chunks(int(n_resamples), 2 * sum(sizes)):
+        indices = _stratified_indices(sizes, rows, rng)
+        stat_a = function([t[idx] for t, idx in zip(tasks_a, indices, strict=True)])
+        stat_b = function([t[idx] for t, idx in zip(tasks_b, indices, strict=True)])
+        boot[row : row + rows] = stat_b - stat_a
+        row += rows
+    value = _point(tasks_b, function) - _point(tasks_a, function)
+    return _interval(value, boot, confidence)
+
+
+def probability_of_improvement(scores_a: TaskScores, scores_b: TaskScores) -> float:
+    """rliable's average probability of improvement of B over A across tasks.
+
+    For each task, the probability that a random episode of B scores higher
+    than a random episode of A (ties count half): the Mann-Whitney ``U``
+    statistic of B against A divided by ``n_a * n_b``. Episodes are not
+    paired here (see :func:`paired` for the per-cell paired version), so tasks
+    may have different episode counts for A and B.
+
+    Args:
+        scores_a: Task name -> per-episode scores of A.
+        scores_b: Task name -> per-episode scores of B (same tasks).
+
+    Returns:
+        The per-task probabilities averaged over tasks, in [0, 1].
+    """
+    from scipy.stats import mannwhitneyu
+
+    a = _task_arrays(scores_a, "scores_a")
+    b = _task_arrays(scores_b, "scores_b")
+    _same_tasks(a, b, "scores_a", "scores_b")
+    per_task = []
+    for task in a:
+        x, y = b[task], a[task]
+        if np.array_equal(x, y):
+            per_task.append(0.5)
+            continue
+        u = mannwhitneyu(x, y, alternative="greater", method="asymptotic").statistic
+        per_task.append(float(u) / (x.size * y.size))
+    return float(np.mean(per_task))
+
+
+def performance_profile(scores: TaskScores, taus: Array) -> np.ndarray:
+    """rliable's score distribution: the fraction of all pooled scores above each threshold.
+
+    Args:
+        scores: Task name -> per-episode scores.
+        taus: Thresholds.
+
+    Returns:
+        ``mean(score > tau)`` over all tasks' episodes pooled, one value per ``tau``.
+    """
+    pooled = np.concatenate(list(_task_arrays(scores, "scores").values()))
+    grid = _array(taus, "taus", allow_empty=True)
+    return (pooled[:, np.newaxis] > grid[np.newaxis, :]).mean(axis=0)
+
+
+def performance_profile_ci(
+    scores: TaskScores, taus: Array, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> Profile:
+    """:func:`performance_profile` with pointwise stratified-bootstrap intervals.
+
+    Each resample redraws episodes within every task; a resample is counted as
+    how often it holds each episode, so the cost is one matrix product per
+    task, whatever the number of thresholds.
+
+    Args:
+        scores: Task name -> per-episode scores.
+        taus: Thresholds.
+        confidence: Coverage of the intervals.
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        The thresholds, the profile and its interval at every threshold.
+    """
+    tasks = list(_task_arrays(scores, "scores").values())
+    grid = _array(taus, "taus", allow_empty=True)
+    _check_bootstrap(confidence, n_resamples)
+    sizes = [t.size for t in tasks]
+    total = sum(sizes)
+    value = performance_profile(scores, grid)
+    boot = np.empty((int(n_resamples), grid.size))
+    rng = np.random.default_rng(seed)
+    row = 0
+    for rows in _row_chunks(int(n_resamples), total):
+        above = np.zeros((rows, grid.size))
+        for task, idx in zip(tasks, _stratified_indices(sizes, rows, rng), strict=True):
+            n = task.size
+            flat = (idx + n * np.arange(rows)[:, np.newaxis]).reshape(-1)
+            counts = np.bincount(flat, minlength=rows * n).reshape(rows, n)
+            above += counts @ (task[:, np.newaxis] > grid[np.newaxis, :]).astype(np.float64)
+        boot[row : row + rows] = above / total
+        row += rows
+    intervals = [_interval(float(value[k]), boot[:, k], confidence) for k in range(grid.size)]
+    return Profile(
+        taus=grid,
+        value=value,
+        low=np.array([i.low for i in intervals]),
+        high=np.array([i.high for i in intervals]),
+    )
