@@ -94,10 +94,6 @@ class Perturb(Transform):
         if self._state is not None:
             self._state["ordinal"].fill_(-1)
 
-    def episode_seeds(self, sub_envs: list[int], ordinals: list[int]) -> list[int]:
-        """The seeds of the episodes at (local sub-env, ordinal) positions of the current round."""
-        return [episode_seed(self._base, self._first + i, k) for i, k in zip(sub_envs, ordinals, strict=True)]
-
     # -- state ------------------------------------------------------------
     def _env(self) -> object:
         parent = self.parent

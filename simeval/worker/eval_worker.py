@@ -137,6 +137,7 @@ class EvalWorker:
         # the native env's rounds without the Collector, where they reproduce it
         self._direct: direct_rollout.DirectRollout | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
+        self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)
         self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
 
