@@ -13,6 +13,9 @@ Isaac Lab's ``extras["log"]`` (termination reasons, reward terms, task
 metrics such as ``Metrics/success_rate``) is written under ``("next", "log")``
 each step, where the rollout core reads it at every episode's end.
 
+``cfg_overrides`` (a suite condition's ``cfg``) set values in the task's env
+config by dotted path before the env is built (:func:`apply_cfg_overrides`).
+
 Kit-less (Isaac Lab 3.x without Isaac Sim, Newton physics) nothing has to
 start before torch; with Isaac Sim installed the simulation app must already
 run (``--init-fn simeval.hooks:isaaclab_app_launcher``).
@@ -22,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from simeval.errors import EnvError
 
@@ -97,11 +101,28 @@ def make_env(
     seed: int | None = None,
     max_steps: int | None = None,
     obs_norm: bool = True,
+    cfg_overrides: Mapping[str, Any] | None = None,
 ) -> TransformedEnv:
     """Build Isaac Lab task ``task`` with ``num_envs`` sub-envs, wrapped for torchrl.
 
-    ``max_steps`` shortens the task's own episode length (Isaac Lab then
-    times the episode out itself); ``seed`` is Isaac Lab's ``cfg.seed``.
+    Args:
+        task: a registered Isaac Lab gymnasium id (e.g. ``Simeval-Isaac-Cartpole``).
+        num_envs: sub-envs simulated together.
+        device: simulation and tensor device (``None``: :func:`default_device`).
+        seed: Isaac Lab's ``cfg.seed``.
+        max_steps: shortens the task's own episode length (Isaac Lab then times
+            the episode out itself).
+        obs_norm: append a VecNormV2 on ``observation`` (``OBS_NORM_ID``).
+        cfg_overrides: ``{"dotted.path": value}`` set in the parsed env config
+            before the env is built (:func:`apply_cfg_overrides`); ``seed`` and
+            ``max_steps`` are applied after them.
+
+    Returns:
+        The env under torchrl's ``IsaacLabWrapper`` and simeval's transforms.
+
+    Raises:
+        EnvError: Isaac Lab missing, an unknown task, or an asset that cannot be loaded.
+        ValueError: an override path that the config does not have (one line).
     """
     check_task(task)
     import gymnasium as gym
@@ -109,6 +130,8 @@ def make_env(
 
     device = device or default_device()
     cfg = parse_env_cfg(task, device=device, num_envs=num_envs)
+    if cfg_overrides:
+        apply_cfg_overrides(cfg, cfg_overrides)
     if seed is not None:
         cfg.seed = seed
     if max_steps is not None:
@@ -126,6 +149,98 @@ def make_env(
             "Isaac's assets."
         ) from None
     return _wrap(base, device, obs_norm, launch)
+
+
+def apply_cfg_overrides(cfg: Any, overrides: Mapping[str, Any]) -> None:
+    """Set each ``"a.b.c": value`` of ``overrides`` in the env config ``cfg``, in place.
+
+    A path's parts walk attributes of config objects (configclasses), keys of
+    dicts, and indices of lists and tuples where a part is an integer (a tuple
+    is rebuilt). A list given where the config holds a tuple (or a field typed
+    as one) becomes a tuple, element-wise where the lengths match, since YAML has
+    no tuples. The values are set after the config's ``__post_init__`` ran, so
+    fields it derived from others keep their values.
+
+    Args:
+        cfg: a parsed Isaac Lab env config (``parse_env_cfg``).
+        overrides: dotted path -> value, e.g.
+            ``{"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}``.
+
+    Raises:
+        ValueError: one line naming the path, its part that is missing, and the
+            names available at that level.
+    """
+    for path, value in overrides.items():
+        _assign(cfg, path.split("."), value, path, ())
+
+
+def _assign(obj: Any, parts: list[str], value: Any, path: str, trail: tuple[str, ...]) -> Any:
+    """``obj`` with ``parts`` set to ``value`` below it: ``obj`` itself, changed, or a new tuple."""
+    part, rest = parts[0], parts[1:]
+    where = ".".join(trail) or "the env cfg"
+    if isinstance(obj, Mapping):
+        if part not in obj:
+            raise _missing(path, part, where, [str(k) for k in obj])
+        key: Any = part
+        current = obj[part]
+    elif isinstance(obj, (list, tuple)):
+        if not part.lstrip("-").isdigit() or not -len(obj) <= int(part) < len(obj):
+            raise _missing(path, part, where, [f"0..{len(obj) - 1}"] if obj else [])
+        key = int(part) % len(obj)
+        current = obj[key]
+    else:
+        if obj is None or not hasattr(obj, "__dict__"):  # a leaf: nothing below it
+            raise ValueError(f"cfg override {path!r}: {where} is {obj!r}, which has no {part!r}.")
+        names = [n for n in vars(obj) if not n.startswith("_")]
+        if part not in names:
+            raise _missing(path, part, where, names)
+        key = part
+        current = getattr(obj, part)
+    if rest:
+        new = _assign(current, rest, value, path, (*trail, part))
+    else:
+        new = _as_tuple_where_needed(value, current, _field_type(obj, part))
+    if isinstance(obj, tuple):
+        return (*obj[:key], new, *obj[key + 1 :])
+    if isinstance(obj, Mapping):
+        try:
+            obj[key] = new
+        except TypeError:
+            raise ValueError(f"cfg override {path!r}: {where} is read-only ({type(obj).__name__}).") from None
+    elif isinstance(obj, list):
+        obj[key] = new
+    else:
+        setattr(obj, key, new)
+    return obj
+
+
+def _missing(path: str, part: str, where: str, names: list[str]) -> ValueError:
+    return ValueError(f"cfg override {path!r}: {part!r} is not in {where} (have: {', '.join(names) or 'nothing'}).")
+
+
+def _field_type(obj: Any, name: str) -> str:
+    """The annotation of dataclass field ``name`` of ``obj``, as text ('' if none)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return ""
+    for f in dataclasses.fields(obj):
+        if f.name == name:
+            return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    return ""
+
+
+def _as_tuple_where_needed(value: Any, current: Any, annotation: str = "") -> Any:
+    """``value`` with lists turned into tuples where ``current`` (or the field's annotation) is a tuple."""
+    if not isinstance(value, list):
+        return value
+    if isinstance(current, tuple):
+        if len(current) == len(value):
+            return tuple(_as_tuple_where_needed(v, c) for v, c in zip(value, current, strict=True))
+        return tuple(value)
+    if current is None and annotation.replace(" ", "").lower().startswith(("tuple", "typing.tuple")):
+        return tuple(value)
+    return value
 
 
 def _wrap(base: gym.Env, device: str, obs_norm: bool, launch: contextlib.ExitStack) -> TransformedEnv:

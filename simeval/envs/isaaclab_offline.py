@@ -56,7 +56,8 @@ class randomize_rigid_body_mass_unless_identity(mdp.randomize_rigid_body_mass): 
 
     At the identity scale the term neither draws random numbers (so the other
     reset events see the same generator as without it) nor writes the masses
-    (so Newton's model is not marked changed).
+    (so Newton's model is not marked changed), unless an earlier call changed
+    them: then it runs, and restores the default masses.
     """
 
     def __call__(
@@ -71,7 +72,8 @@ class randomize_rigid_body_mass_unless_identity(mdp.randomize_rigid_body_mass): 
         min_mass: float = 1e-6,
     ) -> None:
         """Scale, add or set ``asset_cfg``'s body masses for ``env_ids``, unless the range is the identity scale."""
-        if operation == "scale" and distribution != "gaussian" and tuple(mass_distribution_params) == (1.0, 1.0):
+        identity = operation == "scale" and distribution != "gaussian" and tuple(mass_distribution_params) == (1.0, 1.0)
+        if identity and self.default_mass is None:  # never scaled: nothing to restore either
             return
         super().__call__(
             env, env_ids, asset_cfg, mass_distribution_params, operation, distribution, recompute_inertia, min_mass

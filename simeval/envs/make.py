@@ -44,6 +44,7 @@ def make_env(
     exact_contact_forces: bool = False,
     groups: int | None = None,
     condition: Condition | Mapping[str, Any] | None = None,
+    cfg_overrides: dict | None = None,
 ) -> TransformedEnv:
     """A batched torchrl env for a gymnasium task.
 
@@ -85,16 +86,24 @@ def make_env(
             :class:`~simeval.envs.perturb.Perturb` directly around the base env, below
             the layout above (so ``OBS_NORM_ID`` still names the VecNormV2);
             ``body_mass_scale``, ``friction_scale`` and ``gravity`` need the native backend.
+        cfg_overrides: Isaac Lab tasks only: ``{"dotted.path": value}`` set in the task's env
+            config before the env is built (:func:`simeval.envs.isaaclab.apply_cfg_overrides`),
+            e.g. ``{"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}``; on
+            top of the condition's own ``cfg``. A path the config lacks is a ValueError.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if name.startswith("isaaclab:"):
-        if not _condition(condition, name, "isaaclab").nominal:
+        isaac_condition = _condition(condition, name, "isaaclab")
+        if isaac_condition.values:
             raise ValueError(
-                f"suite conditions on Isaac Lab tasks ({name}) are not supported yet: evaluate Isaac Lab tasks "
-                "on their nominal condition ({})."
+                f"suite conditions on Isaac Lab tasks ({name}) are not supported yet, except cfg overrides: "
+                f"{', '.join(isaac_condition.values)} cannot apply there."
             )
-        return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm)
+        overrides = {**isaac_condition.cfg, **(cfg_overrides or {})}
+        return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides)
+    if cfg_overrides:
+        raise ValueError(f"cfg overrides apply to Isaac Lab tasks (isaaclab:<id>) only, not {name}.")
     backend = env_backend(name, backend)
     condition = _condition(condition, name, backend)
     from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
@@ -135,13 +144,27 @@ def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
 
 
 def _isaaclab_env(
-    name: str, num_envs: int, device: str | None, seed: int | None, max_steps: int | None, obs_norm: bool
+    name: str,
+    num_envs: int,
+    device: str | None,
+    seed: int | None,
+    max_steps: int | None,
+    obs_norm: bool,
+    cfg_overrides: Mapping[str, Any] | None = None,
 ) -> TransformedEnv:
-    """The Isaac Lab task ``isaaclab:<task>`` (:func:`simeval.envs.isaaclab.make_env`)."""
+    """The Isaac Lab task ``isaaclab:<task>`` with ``cfg_overrides`` (:func:`simeval.envs.isaaclab.make_env`)."""
     from simeval.envs import isaaclab
 
     task = name.split(":", 1)[1]
-    return isaaclab.make_env(task, num_envs=num_envs, device=device, seed=seed, max_steps=max_steps, obs_norm=obs_norm)
+    return isaaclab.make_env(
+        task,
+        num_envs=num_envs,
+        device=device,
+        seed=seed,
+        max_steps=max_steps,
+        obs_norm=obs_norm,
+        cfg_overrides=cfg_overrides,
+    )
 
 
 def _base_env(

@@ -1,0 +1,191 @@
+"""Isaac Lab task-config overrides (a suite condition's ``cfg``) on the real Isaac Lab 3.0, kit-less on Newton.
+
+One Isaac Lab process (Isaac Lab keeps one simulation per process) runs this
+file as a script: it asks ``simeval.envs.make_env`` for a bad override path
+(no sim is built for it), then builds the offline manager-based cartpole
+(``isaaclab:Simeval-Isaac-Cartpole``, 4 sub-envs) with the pole three times as
+heavy (``events.add_pole_mass``) and a fixed initial state, reads the overrides
+back from the env's config and the pole's mass back from the articulation and
+from the MuJoCo-Warp model that Newton steps, and plays zero actions for one
+episode; then turns the mass event back to its nominal scale and plays again.
+The tests read what it wrote.
+
+    python test_cfg_overrides.py OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TASK = "isaaclab:Simeval-Isaac-Cartpole"
+MASS = "events.add_pole_mass.params.mass_distribution_params"
+HEAVY = 3.0
+STEPS = 60
+# Every sub-env starts from the same state, so what differs between two episodes is the pole's mass.
+FIXED_START = {
+    "events.reset_cart_position.params.position_range": [0.0, 0.0],
+    "events.reset_cart_position.params.velocity_range": [0.0, 0.0],
+    "events.reset_pole_position.params.position_range": [0.2, 0.2],
+    "events.reset_pole_position.params.velocity_range": [0.0, 0.0],
+}
+
+pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("cfg_overrides") / "probe.json"
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run(
+        [sys.executable, __file__, str(out)], capture_output=True, text=True, timeout=480, env=env, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_overrides_land_in_the_env_config_as_the_configs_types(probed):
+    cfg = probed["cfg"]
+    assert cfg["mass"] == {"value": [HEAVY, HEAVY], "type": "tuple"}  # a YAML list became the field's tuple
+    assert cfg["pole_position_range"] == {"value": [0.2, 0.2], "type": "tuple"}
+    assert cfg["term_mass"] == [HEAVY, HEAVY]  # what Isaac Lab's event manager runs with
+
+
+def test_a_bad_path_is_one_line_value_error_naming_the_path_the_part_and_what_there_is(probed):
+    bad = probed["bad"]
+    assert bad["type"] == "ValueError" and "\n" not in bad["message"]
+    assert bad["message"] == (
+        "cfg override 'events.add_pole_mas.params.x': 'add_pole_mas' is not in events "
+        "(have: reset_cart_position, reset_pole_position, add_pole_mass)."
+    )
+    index = probed["bad_index"]
+    assert index["type"] == "ValueError" and "\n" not in index["message"]
+    assert "'events.reset_pole_position.params.position_range.2'" in index["message"]
+    assert "(have: 0..1)" in index["message"]
+
+
+def test_the_nominal_mass_event_draws_nothing_and_changes_nothing(probed):
+    assert probed["identity_term"] == {"returned": None, "rng_unchanged": True}
+
+
+def test_the_mass_event_sets_the_poles_mass_in_newton(probed):
+    heavy, nominal = probed["heavy"], probed["nominal"]
+    assert heavy["body_names"] == ["slider", "cart", "pole"]
+    assert heavy["pole_mass"] == [HEAVY] * 4  # the articulation's data (every sub-env)
+    assert heavy["cart_mass"] == [1.0] * 4  # only the pole
+    assert heavy["solver_pole_mass"] == pytest.approx([HEAVY] * 4)  # the model MuJoCo-Warp steps
+    assert heavy["pole_inertia_ratio"] == pytest.approx(HEAVY, rel=1e-5)  # inertia scaled with the mass
+    assert nominal["pole_mass"] == [1.0] * 4 and nominal["solver_pole_mass"] == pytest.approx([1.0] * 4)
+    ranged = probed["ranged"]  # the range [0.5, 2.0]: each sub-env's reset draws its own scale
+    assert all(0.5 <= m <= 2.0 for m in ranged) and len(set(ranged)) == 4
+
+
+def test_a_heavier_pole_changes_the_returns_under_a_fixed_policy(probed):
+    heavy, nominal = probed["heavy"]["returns"], probed["nominal"]["returns"]
+    assert len(heavy) == len(nominal) == 4
+    assert max(heavy) - min(heavy) < 1e-4 and max(nominal) - min(nominal) < 1e-4  # a fixed start: one episode, 4x
+    assert abs(heavy[0] - nominal[0]) > 0.05, (heavy, nominal)
+
+
+def test_cfg_overrides_are_for_isaac_lab_tasks_only():
+    from simeval.envs import make_env
+
+    with pytest.raises(ValueError, match=r"^cfg overrides apply to Isaac Lab tasks \(isaaclab:<id>\) only"):
+        make_env("HalfCheetah-v5", cfg_overrides={MASS: [0.5, 2.0]})
+
+
+# ---- the Isaac Lab process ----
+
+
+def _error(fn) -> dict:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001  (the test checks the type)
+        return {"type": type(e).__name__, "message": str(e)}
+    return {"type": None, "message": ""}
+
+
+def _episode(env, robot) -> dict:
+    """Zero actions from a reset of every sub-env to the end of their (simultaneous) episodes."""
+    import torch
+    from isaaclab_newton.physics import NewtonManager
+
+    td = env.reset()
+    total = torch.zeros(env.batch_size[0], dtype=torch.float64)
+    returns = [None] * env.batch_size[0]
+    for _ in range(STEPS):
+        td["action"] = torch.zeros(env.action_spec.shape)
+        td, td_next = env.step_and_maybe_reset(td)
+        total += td["next", "reward"].reshape(-1).double()
+        for e in td["next", "done"].reshape(-1).nonzero().flatten().tolist():
+            if returns[e] is None:
+                returns[e] = float(total[e])
+        td = td_next
+        if all(r is not None for r in returns):
+            break
+    pole = robot.body_names.index("pole")
+    solver = NewtonManager._solver.mjw_model  # MuJoCo-Warp's model: body 0 is its world body
+    return {
+        "returns": returns,
+        "body_names": list(robot.body_names),
+        "pole_mass": robot.data.body_mass.torch[:, pole].tolist(),
+        "cart_mass": robot.data.body_mass.torch[:, robot.body_names.index("cart")].tolist(),
+        "pole_inertia": robot.data.body_inertia.torch[0, pole].tolist(),
+        "solver_pole_mass": solver.body_mass.numpy()[:, pole + 1].tolist(),
+    }
+
+
+def _probe(out: str) -> None:
+    import torch
+
+    from simeval.envs import isaaclab_offline, make_env
+
+    bad = _error(lambda: make_env(TASK, num_envs=4, device="cpu", cfg_overrides={"events.add_pole_mas.params.x": 1}))
+    bad_index = _error(
+        lambda: make_env(
+            TASK, num_envs=4, device="cpu", cfg_overrides={"events.reset_pole_position.params.position_range.2": 0}
+        )
+    )
+    # The nominal term returns before touching the asset or the random generator.
+    term = object.__new__(isaaclab_offline.randomize_rigid_body_mass_unless_identity)
+    term.default_mass = None
+    rng = torch.get_rng_state()
+    returned = term(None, None, None, (1.0, 1.0), "scale")
+    identity = {"returned": returned, "rng_unchanged": bool(torch.equal(rng, torch.get_rng_state()))}
+
+    env = make_env(
+        TASK, num_envs=4, device="cpu", seed=0, max_steps=STEPS, obs_norm=False,
+        cfg_overrides={MASS: [HEAVY, HEAVY], **FIXED_START},
+    )  # fmt: skip
+    unwrapped = env._isaac_unwrapped
+    robot = unwrapped.scene["robot"]
+    events = unwrapped.cfg.events
+    mass = events.add_pole_mass.params["mass_distribution_params"]
+    pole_range = events.reset_pole_position.params["position_range"]
+    term_cfg = unwrapped.event_manager.get_term_cfg("add_pole_mass")
+    cfg = {
+        "mass": {"value": list(mass), "type": type(mass).__name__},
+        "pole_position_range": {"value": list(pole_range), "type": type(pole_range).__name__},
+        "term_mass": list(term_cfg.params["mass_distribution_params"]),
+    }
+    heavy = _episode(env, robot)
+    term_cfg.params["mass_distribution_params"] = (1.0, 1.0)  # back to nominal: the next reset restores the mass
+    nominal = _episode(env, robot)
+    heavy["pole_inertia_ratio"] = heavy["pole_inertia"][0] / nominal["pole_inertia"][0]
+    term_cfg.params["mass_distribution_params"] = (0.5, 2.0)  # a range: one draw per sub-env at each reset
+    env.reset()
+    ranged = robot.data.body_mass.torch[:, robot.body_names.index("pole")].tolist()
+    env.close()
+    result = {"bad": bad, "bad_index": bad_index, "identity_term": identity, "cfg": cfg, "ranged": ranged}
+    with open(out, "w") as f:
+        json.dump({**result, "heavy": heavy, "nominal": nominal}, f)
+
+
+if __name__ == "__main__":
+    _probe(sys.argv[1])
