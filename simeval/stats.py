@@ -165,9 +165,17 @@ def _row_chunks(n_resamples: int, width: int) -> Iterator[int]:
         done += step
 
 
-def _stratified_indices(sizes: Sequence[int], rows: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One ``rows x n_t`` matrix of episode indices per task, drawn within that task only."""
-    return [rng.integers(0, n, size=(rows, n)) for n in sizes]
+def _resamples(n_resamples: int, sizes: Sequence[int], width: int, seed: int) -> Iterator[tuple[slice, list]]:
+    """The stratified bootstrap in chunks: (the chunk's rows of the output, one index matrix per task).
+
+    Each task's matrix is ``rows x n_t`` episode indices drawn within that task
+    only, from ``np.random.default_rng(seed)``; ``width`` sizes the chunks.
+    """
+    rng = np.random.default_rng(seed)
+    row = 0
+    for rows in _row_chunks(int(n_resamples), width):
+        yield slice(row, row + rows), [rng.integers(0, n, size=(rows, n)) for n in sizes]
+        row += rows
 
 
 def _statistic(name: str, gamma: float) -> Callable[[list[np.ndarray]], np.ndarray]:
@@ -261,14 +269,10 @@ def paired(
     d = b_data - a_data
     wins = (b_data > a_data) + 0.5 * (b_data == a_data)
 
-    rng = np.random.default_rng(seed)
     diff_boot, win_boot = np.empty(int(n_resamples)), np.empty(int(n_resamples))
-    row = 0
-    for rows in _row_chunks(int(n_resamples), n):
-        idx = rng.integers(0, n, size=(rows, n))
-        diff_boot[row : row + rows] = d[idx].mean(axis=1)
-        win_boot[row : row + rows] = wins[idx].mean(axis=1)
-        row += rows
+    for rows, (idx,) in _resamples(n_resamples, [n], n, seed):
+        diff_boot[rows] = d[idx].mean(axis=1)
+        win_boot[rows] = wins[idx].mean(axis=1)
 
     return Paired(
         n=n,
@@ -441,14 +445,11 @@ def aggregate(
     _check_bootstrap(confidence, n_resamples)
     functions = {name: _statistic(name, gamma) for name in STATISTICS}
     boot = {name: np.empty(int(n_resamples)) for name in STATISTICS}
-    rng = np.random.default_rng(seed)
     sizes = [t.size for t in tasks]
-    row = 0
-    for rows in _row_chunks(int(n_resamples), sum(sizes)):
-        resampled = [t[idx] for t, idx in zip(tasks, _stratified_indices(sizes, rows, rng), strict=True)]
+    for rows, indices in _resamples(n_resamples, sizes, sum(sizes), seed):
+        resampled = [t[idx] for t, idx in zip(tasks, indices, strict=True)]
         for name, function in functions.items():
-            boot[name][row : row + rows] = function(resampled)
-        row += rows
+            boot[name][rows] = function(resampled)
     return {name: _interval(_point(tasks, functions[name]), boot[name], confidence) for name in STATISTICS}
 
 
@@ -498,14 +499,10 @@ def aggregate_difference(
     tasks_a, tasks_b = [a[t] for t in names], [b[t] for t in names]
     sizes = [t.size for t in tasks_a]
     boot = np.empty(int(n_resamples))
-    rng = np.random.default_rng(seed)
-    row = 0
-    for rows in _row_chunks(int(n_resamples), 2 * sum(sizes)):
-        indices = _stratified_indices(sizes, rows, rng)
+    for rows, indices in _resamples(n_resamples, sizes, 2 * sum(sizes), seed):
         stat_a = function([t[idx] for t, idx in zip(tasks_a, indices, strict=True)])
         stat_b = function([t[idx] for t, idx in zip(tasks_b, indices, strict=True)])
-        boot[row : row + rows] = stat_b - stat_a
-        row += rows
+        boot[rows] = stat_b - stat_a
     value = _point(tasks_b, function) - _point(tasks_a, function)
     return _interval(value, boot, confidence)
 
@@ -583,17 +580,15 @@ def performance_profile_ci(
     total = sum(sizes)
     value = performance_profile(scores, grid)
     boot = np.empty((int(n_resamples), grid.size))
-    rng = np.random.default_rng(seed)
-    row = 0
-    for rows in _row_chunks(int(n_resamples), total):
-        above = np.zeros((rows, grid.size))
-        for task, idx in zip(tasks, _stratified_indices(sizes, rows, rng), strict=True):
+    for rows, indices in _resamples(n_resamples, sizes, total, seed):
+        count = rows.stop - rows.start
+        above = np.zeros((count, grid.size))
+        for task, idx in zip(tasks, indices, strict=True):
             n = task.size
-            flat = (idx + n * np.arange(rows)[:, np.newaxis]).reshape(-1)
-            counts = np.bincount(flat, minlength=rows * n).reshape(rows, n)
+            flat = (idx + n * np.arange(count)[:, np.newaxis]).reshape(-1)
+            counts = np.bincount(flat, minlength=count * n).reshape(count, n)
             above += counts @ (task[:, np.newaxis] > grid[np.newaxis, :]).astype(np.float64)
-        boot[row : row + rows] = above / total
-        row += rows
+        boot[rows] = above / total
     intervals = [_interval(float(value[k]), boot[:, k], confidence) for k in range(grid.size)]
     return Profile(
         taus=grid,

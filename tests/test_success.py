@@ -12,10 +12,9 @@ import json
 
 import pytest
 import torch
-from helpers import const_policy, count_envs, mlp_policy
-from tensordict import TensorDict
-from torchrl.data import Bounded, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase, RewardSum, TransformedEnv
+from helpers import CountEnv, const_policy, count_envs, mlp_policy
+from torchrl.data import Categorical
+from torchrl.envs import RewardSum, TransformedEnv
 
 from simeval import Evaluator
 from simeval.envs import make_env
@@ -28,58 +27,22 @@ from simeval.worker.rollout import EpisodeTally
 pytestmark = pytest.mark.required
 
 
-class SuccessEnv(EnvBase):
+class SuccessEnv(CountEnv):
     """Sub-env i runs episodes of ``lengths[i]`` steps; ("next", "success") is true at the steps in ``hits[i]``.
 
     Step t is the t-th step of an episode (1 to ``lengths[i]``); reward = action.
     """
 
     def __init__(self, lengths, hits):
+        super().__init__(lengths)
         n = len(lengths)
-        super().__init__(batch_size=torch.Size([n]))
-        self.lengths = torch.tensor(lengths, dtype=torch.long)
-        self.hit = torch.zeros(n, max(lengths) + 1, dtype=torch.bool)
+        self.hit = torch.zeros(n, max(lengths) + 1, dtype=torch.bool)  # step 0 (a reset) never succeeds
         for i, steps in enumerate(hits):
             self.hit[i, list(steps)] = True
-        self.t = torch.zeros(n, dtype=torch.long)
-        self.observation_spec = Composite(
-            observation=Unbounded(shape=(n, 1)),
-            success=Categorical(2, shape=(n, 1), dtype=torch.bool),
-            shape=(n,),
-        )
-        self.action_spec = Bounded(-10.0, 10.0, shape=(n, 1))
-        self.reward_spec = Unbounded(shape=(n, 1))
+        self.observation_spec["success"] = Categorical(2, shape=(n, 1), dtype=torch.bool)
 
-    def _reset(self, tensordict=None, **kwargs):
-        mask = None if tensordict is None else tensordict.get("_reset", None)
-        if mask is None:
-            self.t.zero_()
-        else:
-            self.t[mask.view(-1)] = 0
-        zeros = torch.zeros(self.batch_size + (1,), dtype=torch.bool)
-        return TensorDict(
-            observation=self.t.float().unsqueeze(-1),
-            success=zeros.clone(),
-            done=zeros,
-            terminated=zeros.clone(),
-            batch_size=self.batch_size,
-        )
-
-    def _step(self, tensordict):
-        self.t += 1
-        done = (self.t >= self.lengths).unsqueeze(-1)
-        success = self.hit[torch.arange(len(self.t)), self.t].unsqueeze(-1)
-        return TensorDict(
-            observation=self.t.float().unsqueeze(-1),
-            reward=tensordict.get("action").clone(),
-            success=success,
-            done=done,
-            terminated=done.clone(),
-            batch_size=self.batch_size,
-        )
-
-    def _set_seed(self, seed):
-        return seed
+    def _observations(self) -> dict:
+        return {**super()._observations(), "success": self.hit[torch.arange(len(self.t)), self.t].unsqueeze(-1)}
 
 
 # Sub-env 0 touches the goal at step 6 of 10 and falls off; sub-env 1 reaches it at its last step (4);

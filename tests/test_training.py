@@ -116,7 +116,16 @@ def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
     assert curve[0] < curve[-1] and max(curve[:2]) < min(curve[-2:])  # it learned over the run
     assert rows["final checkpoint, VecNorm stats left out"] < 1000 < curve[-1]
     assert rows["untrained policy"] < 0
-    results, png = (line.split()[-1] for line in proc.stdout.strip().splitlines()[-2:])
+    results = next(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("results:"))
+    png = next(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("plot:"))
     steps = [json.loads(line)["step"] for line in open(os.path.join(tmp_path, results))]
     assert steps == shipped  # every checkpoint once, in training order
     assert open(os.path.join(tmp_path, png), "rb").read(4) == b"\x89PNG"
+    # Part two: the shipped suite on the first and final checkpoints, compared on the same episodes.
+    table = {
+        line.split()[1]: line.split() for line in proc.stdout.splitlines() if line.startswith(("HalfCheetah-v5 ", "* "))
+    }
+    assert set(table) == {"nominal", "obs-noise", "action-noise", "delay-2", "heavy", "slippery", "*"}
+    assert table["nominal"][2] == f"{curve[0]:.1f}" and table["nominal"][5] == f"{curve[-1]:.1f}"
+    assert table["nominal"][-1] == "better"
+    assert "compare.html" in os.listdir(os.path.join(tmp_path, os.path.dirname(os.path.dirname(results))))

@@ -4,10 +4,12 @@ The env is Isaac Lab's own (``gym.make(task, cfg=parse_env_cfg(...))``) under
 torchrl's ``IsaacLabWrapper`` with ``native_autoreset=True``: Isaac Lab resets
 finished sub-envs inside ``step()``, so episode ends are read from the step's
 done flags and no partial reset is ever asked for. The transforms line up
-with :func:`simeval.envs.make_env` (torchrl's VecGymEnvTransform where the
-MuJoCo envs have DoubleToFloat, then StepCounter, VecNormV2 at
-``OBS_NORM_ID``, RewardSum), so training scripts, checkpoints and the
-launcher treat both kinds of env alike.
+with :func:`simeval.envs.make_env`: the wrapper (with torchrl's
+VecGymEnvTransform, a rename of a manager-based task's ``policy`` observation
+group to ``observation``, and a condition's
+:class:`~simeval.envs.perturb.Perturb`) is the base env of DoubleToFloat
+(a no-op), StepCounter, VecNormV2 at ``OBS_NORM_ID`` and RewardSum, so training
+scripts, checkpoints and the launcher treat every kind of env alike.
 
 Isaac Lab's ``extras["log"]`` (termination reasons, reward terms, task
 metrics such as ``Metrics/success_rate``) is written under ``("next", "log")``
@@ -15,6 +17,8 @@ each step, where the rollout core reads it at every episode's end.
 
 ``cfg_overrides`` (a suite condition's ``cfg``) set values in the task's env
 config by dotted path before the env is built (:func:`apply_cfg_overrides`).
+A condition's generic settings (observation and action noise, action delay and
+scale) start each sub-env's next episode where Isaac Lab reset it inside a step.
 
 Kit-less (Isaac Lab 3.x without Isaac Sim, Newton physics) nothing has to
 start before torch; with Isaac Sim installed the simulation app must already
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
     import gymnasium as gym
     from isaaclab.envs import DirectRLEnvCfg, ManagerBasedRLEnvCfg
     from torchrl.envs import TransformedEnv
+
+    from simeval.conditions import Condition
 
 INSTALL_HINT = "run `make isaaclab` (a Python 3.12 venv with isaaclab==3.0.0) and use .venv-isaaclab/bin/python"
 
@@ -102,6 +108,7 @@ def make_env(
     max_steps: int | None = None,
     obs_norm: bool = True,
     cfg_overrides: Mapping[str, Any] | None = None,
+    condition: Condition | None = None,
 ) -> TransformedEnv:
     """Build Isaac Lab task ``task`` with ``num_envs`` sub-envs, wrapped for torchrl.
 
@@ -116,6 +123,10 @@ def make_env(
         cfg_overrides: ``{"dotted.path": value}`` set in the parsed env config
             before the env is built (:func:`apply_cfg_overrides`); ``seed`` and
             ``max_steps`` are applied after them.
+        condition: a suite condition's generic settings (observation/action noise,
+            action delay and scale), applied by a :class:`~simeval.envs.perturb.Perturb`
+            inside the wrapper's native-autoreset layer, below VecNormV2; its ``cfg``
+            is the caller's to merge into ``cfg_overrides``.
 
     Returns:
         The env under torchrl's ``IsaacLabWrapper`` and simeval's transforms.
@@ -148,7 +159,7 @@ def make_env(
             "task (isaaclab:Simeval-Isaac-Cartpole-Direct) or set ISAACSIM_ASSET_ROOT to a local copy of "
             "Isaac's assets."
         ) from None
-    return _wrap(base, device, obs_norm, launch)
+    return _wrap(base, device, obs_norm, launch, condition)
 
 
 def apply_cfg_overrides(cfg: Any, overrides: Mapping[str, Any]) -> None:
@@ -243,27 +254,39 @@ def _as_tuple_where_needed(value: Any, current: Any, annotation: str = "") -> An
     return value
 
 
-def _wrap(base: gym.Env, device: str, obs_norm: bool, launch: contextlib.ExitStack) -> TransformedEnv:
+def _wrap(
+    base: gym.Env, device: str, obs_norm: bool, launch: contextlib.ExitStack, condition: Condition | None = None
+) -> TransformedEnv:
+    """Isaac Lab's env ``base`` under IsaacLabWrapper (and ``condition``), then make_env's transform layout."""
     import warnings
 
-    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs import DoubleToFloat, RenameTransform, RewardSum, StepCounter, TransformedEnv
     from torchrl.envs.libs.isaac_lab import IsaacLabWrapper
     from torchrl.envs.transforms import VecNormV2
 
-    env = IsaacLabWrapper(base, device=device, native_autoreset=True)
-    env._simeval_launch = launch  # the kit-less runtime lives as long as the env
-    names = sorted(env._isaac_unwrapped.extras.get("log", {}))
+    # A TransformedEnv whose transform is torchrl's VecGymEnvTransform (auto-reset bookkeeping), with
+    # _torchrl_native_autoreset set, which every TransformedEnv around it copies.
+    inner = IsaacLabWrapper(base, device=device, native_autoreset=True)
+    inner._simeval_launch = launch  # the kit-less runtime lives as long as the env
+    names = sorted(inner._isaac_unwrapped.extras.get("log", {}))
     if not names:  # the first reset is what fills extras["log"] with the task's names
-        env.reset()
-        names = sorted(env._isaac_unwrapped.extras.get("log", {}))
+        inner.reset()
+        names = sorted(inner._isaac_unwrapped.extras.get("log", {}))
     if names:
         from simeval.envs.isaaclab_log import IsaacLogReader
 
-        env.set_info_dict_reader(IsaacLogReader(names, env.batch_size, env.device))
-    # IsaacLabWrapper comes as a TransformedEnv whose first transform is torchrl's VecGymEnvTransform
-    # (auto-reset bookkeeping); it takes the place DoubleToFloat has in make_env (Isaac Lab's data is
-    # float32 already), so that VecNormV2 is transform[2] (OBS_NORM_ID) here too.
-    out = env if isinstance(env, TransformedEnv) else TransformedEnv(env, DoubleToFloat())
+        inner.set_info_dict_reader(IsaacLogReader(names, inner.batch_size, inner.device))
+    keys = inner.observation_spec.keys()
+    if "observation" not in keys and "policy" in keys:
+        # A manager-based task observes its "policy" group; direct tasks and every other env say "observation".
+        inner.append_transform(RenameTransform(in_keys=["policy"], out_keys=["observation"]))
+    if condition is not None and condition.values:
+        from simeval.envs.perturb import Perturb
+
+        inner.append_transform(Perturb(condition, observation_keys=["observation"]))
+    # The layout of make_env's other envs on top: DoubleToFloat (a no-op, Isaac Lab's data is float32),
+    # StepCounter, VecNormV2 at transform[2] (OBS_NORM_ID), RewardSum.
+    out = TransformedEnv(inner, DoubleToFloat(), auto_unwrap=False)
     out.append_transform(StepCounter())
     if obs_norm:
         with warnings.catch_warnings():

@@ -86,6 +86,8 @@ def make_env(
             :class:`~simeval.envs.perturb.Perturb` directly around the base env, below
             the layout above (so ``OBS_NORM_ID`` still names the VecNormV2);
             ``body_mass_scale``, ``friction_scale`` and ``gravity`` need the native backend.
+            On Isaac Lab tasks its ``cfg`` overrides go into the task's config and its
+            generic settings follow Isaac Lab's in-step resets.
         cfg_overrides: Isaac Lab tasks only: ``{"dotted.path": value}`` set in the task's env
             config before the env is built (:func:`simeval.envs.isaaclab.apply_cfg_overrides`),
             e.g. ``{"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}``; on
@@ -94,14 +96,9 @@ def make_env(
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     if name.startswith("isaaclab:"):
-        isaac_condition = _condition(condition, name, "isaaclab")
-        if isaac_condition.values:
-            raise ValueError(
-                f"suite conditions on Isaac Lab tasks ({name}) are not supported yet, except cfg overrides: "
-                f"{', '.join(isaac_condition.values)} cannot apply there."
-            )
-        overrides = {**isaac_condition.cfg, **(cfg_overrides or {})}
-        return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides)
+        condition = _condition(condition, name, "isaaclab")
+        overrides = {**condition.cfg, **(cfg_overrides or {})}
+        return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
     if cfg_overrides:
         raise ValueError(f"cfg overrides apply to Isaac Lab tasks (isaaclab:<id>) only, not {name}.")
     backend = env_backend(name, backend)
@@ -122,6 +119,11 @@ def _condition(condition: Condition | Mapping[str, Any] | None, name: str, backe
 
     if not isinstance(condition, Condition):
         condition = Condition.parse(condition)
+    if condition.physics and backend == "isaaclab":
+        raise ValueError(
+            f"{', '.join(condition.physics)} set the native MuJoCo env's physics; on Isaac Lab ({name}) change "
+            "physics through the task's config: a cfg override of an event term (e.g. events.add_pole_mass)."
+        )
     if condition.physics and backend != "native":
         raise ValueError(
             f"{', '.join(condition.physics)} set the native MuJoCo env's physics; {name} is built on the {backend} "
@@ -151,8 +153,9 @@ def _isaaclab_env(
     max_steps: int | None,
     obs_norm: bool,
     cfg_overrides: Mapping[str, Any] | None = None,
+    condition: Condition | None = None,
 ) -> TransformedEnv:
-    """The Isaac Lab task ``isaaclab:<task>`` with ``cfg_overrides`` (:func:`simeval.envs.isaaclab.make_env`)."""
+    """The Isaac Lab task ``isaaclab:<task>`` under ``cfg_overrides`` and ``condition`` (``isaaclab.make_env``)."""
     from simeval.envs import isaaclab
 
     task = name.split(":", 1)[1]
@@ -164,6 +167,7 @@ def _isaaclab_env(
         max_steps=max_steps,
         obs_norm=obs_norm,
         cfg_overrides=cfg_overrides,
+        condition=condition,
     )
 
 

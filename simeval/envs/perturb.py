@@ -3,7 +3,8 @@
 :func:`simeval.envs.make_env` puts it directly around the base env (below
 StepCounter, VecNorm and RewardSum, so ``OBS_NORM_ID`` is unchanged and
 observation noise is in the observation's own units). At each reset it starts
-the reset sub-envs' next episodes: episode ``k`` of global sub-env ``i`` gets
+the reset sub-envs' next episodes (on an env that resets itself inside
+``step``, as Isaac Lab does, at each step's done flags instead): episode ``k`` of global sub-env ``i`` gets
 :func:`simeval.conditions.episode_seed` ``(seed, i, k)``, its ranged settings
 are drawn from that seed (and kept in :attr:`Perturb.draws`), and the native
 MuJoCo env gets the episode's physics before its initial state is computed.
@@ -79,6 +80,7 @@ class Perturb(Transform):
         self._first = 0
         self._state: dict[str, torch.Tensor] | None = None
         self._pending: torch.Tensor | None = None
+        self._native_autoreset = False
         self._max_delay = int(_high(condition.values.get("action_delay", 0)))
 
     # -- rounds ---------------------------------------------------------
@@ -103,6 +105,8 @@ class Perturb(Transform):
         if self._state is not None:
             return self._state
         env = self._env()
+        # Read the instance dict as torchrl does (getattr on a batched env forwards to its sub-envs).
+        self._native_autoreset = bool(self.parent.__dict__.get("_torchrl_native_autoreset", False))
         n = max(1, int(torch.Size(env.batch_size).numel()))
         device = env.device or torch.device("cpu")
         if self.observation_keys is None:
@@ -124,16 +128,10 @@ class Perturb(Transform):
         }
         return self._state
 
-    # -- resets -------------------------------------------------------------
-    def _reset_env_preprocess(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        """Start the reset sub-envs' next episodes: seeds, draws, and (native MuJoCo) their physics."""
+    # -- episodes -----------------------------------------------------------
+    def _begin(self, ids: torch.Tensor) -> None:
+        """Start the next episode of sub-envs ``ids`` (CPU): ordinals, seeds, draws, native physics, t and history."""
         state = self._ensure_state()
-        n = state["ordinal"].numel()
-        mask = None if tensordict is None else tensordict.get("_reset", None)
-        ids = torch.arange(n) if mask is None else mask.reshape(-1).cpu().nonzero().squeeze(-1)
-        if mask is not None and ids.numel() == 0:
-            self._pending = ids
-            return tensordict
         if self._base is None:
             self.start_round(round_seed(None))
         state["ordinal"][ids] += 1
@@ -153,9 +151,19 @@ class Perturb(Transform):
         for name in ("observation_noise", "action_noise", "action_scale", "action_delay"):
             if name in drawn:
                 state[name][dev_ids] = torch.tensor(drawn[name], dtype=state[name].dtype, device=device)
+        state["t"][dev_ids] = 0
+        state["history"][dev_ids] = 0.0
         physics = {name: np.asarray(drawn[name]) for name in self.condition.physics}
         if physics:
             self._env().set_physics(ids.numpy().astype(np.int64), physics)
+
+    def _reset_env_preprocess(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        """Start the reset sub-envs' next episodes before the env resets them (physics must be set first)."""
+        state = self._ensure_state()
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        ids = torch.arange(state["ordinal"].numel()) if mask is None else mask.reshape(-1).cpu().nonzero().squeeze(-1)
+        if ids.numel():
+            self._begin(ids)
         self._pending = ids
         return tensordict
 
@@ -163,18 +171,20 @@ class Perturb(Transform):
         state = self._ensure_state()
         ids = self._pending if self._pending is not None else torch.arange(state["t"].numel())
         self._pending = None
-        if ids.numel() == 0:
-            return tensordict_reset
-        dev_ids = ids.to(state["t"].device)
-        state["t"][dev_ids] = 0
-        state["history"][dev_ids] = 0.0
-        self._observation_noise(tensordict_reset, dev_ids)
+        if ids.numel():
+            self._observation_noise(tensordict_reset, ids.to(state["t"].device))
         return tensordict_reset
 
     # -- steps --------------------------------------------------------------
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         state = self._ensure_state()
         state["t"] += 1
+        if self._native_autoreset:
+            # The env reset its done sub-envs inside this step: their observation is their next episode's first.
+            done = next_tensordict.get("done").reshape(state["t"].numel(), -1).any(-1)
+            ids = done.cpu().nonzero().squeeze(-1)
+            if ids.numel():
+                self._begin(ids)
         self._observation_noise(next_tensordict, None)
         return next_tensordict
 

@@ -163,6 +163,7 @@ def layout(a) -> None:
     (out,) = a.rest
     from simeval.envs import OBS_NORM_ID, make_env
     from simeval.weights import resolve_model
+    from simeval.worker.vecnorm import iter_transforms
 
     env = make_env(TASK, num_envs=a.num_envs, device=a.device, max_steps=a.max_steps)
     td = env.rollout(a.max_steps + 5, break_when_any_done=False)
@@ -170,6 +171,7 @@ def layout(a) -> None:
         out,
         {
             "transforms": [type(t).__name__ for t in env.transform],
+            "wrapper_transforms": [type(t).__name__ for t in iter_transforms(env.base_env)],
             "obs_norm_id": type(resolve_model({"env": env}, OBS_NORM_ID)).__name__,
             "batch_size": list(env.batch_size),
             "device": str(env.device),

@@ -16,14 +16,11 @@ The tests read what it wrote.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
+from isaac_script import error_of, run_script
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 TASK = "isaaclab:Simeval-Isaac-Cartpole"
 MASS = "events.add_pole_mass.params.mass_distribution_params"
 HEAVY = 3.0
@@ -41,13 +38,7 @@ pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("cfg_overrides") / "probe.json"
-    env = {**os.environ, "PYTHONPATH": REPO}
-    proc = subprocess.run(
-        [sys.executable, __file__, str(out)], capture_output=True, text=True, timeout=480, env=env, cwd=REPO
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_script(__file__, tmp_path_factory.mktemp("cfg_overrides") / "probe.json")
 
 
 def test_overrides_land_in_the_env_config_as_the_configs_types(probed):
@@ -103,14 +94,6 @@ def test_cfg_overrides_are_for_isaac_lab_tasks_only():
 # ---- the Isaac Lab process ----
 
 
-def _error(fn) -> dict:
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001  (the test checks the type)
-        return {"type": type(e).__name__, "message": str(e)}
-    return {"type": None, "message": ""}
-
-
 def _episode(env, robot) -> dict:
     """Zero actions from a reset of every sub-env to the end of their (simultaneous) episodes."""
     import torch
@@ -146,8 +129,8 @@ def _probe(out: str) -> None:
 
     from simeval.envs import isaaclab_offline, make_env
 
-    bad = _error(lambda: make_env(TASK, num_envs=4, device="cpu", cfg_overrides={"events.add_pole_mas.params.x": 1}))
-    bad_index = _error(
+    bad = error_of(lambda: make_env(TASK, num_envs=4, device="cpu", cfg_overrides={"events.add_pole_mas.params.x": 1}))
+    bad_index = error_of(
         lambda: make_env(
             TASK, num_envs=4, device="cpu", cfg_overrides={"events.reset_pole_position.params.position_range.2": 0}
         )

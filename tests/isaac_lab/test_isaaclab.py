@@ -81,7 +81,8 @@ def read_results(out) -> list[dict]:
 @pytest.mark.parametrize("device", DEVICES)
 def test_make_env_builds_the_real_isaac_lab_task_with_simevals_transform_layout(tmp_path, device):
     info = probe(tmp_path, "layout", "--device", device, "--num-envs", "3", "--max-steps", "20")
-    assert info["transforms"] == ["VecGymEnvTransform", "StepCounter", "VecNormV2", "RewardSum"]
+    assert info["transforms"] == ["DoubleToFloat", "StepCounter", "VecNormV2", "RewardSum"]  # as on MuJoCo
+    assert info["wrapper_transforms"] == ["VecGymEnvTransform"]  # IsaacLabWrapper's own, inside
     assert info["obs_norm_id"] == "VecNormV2"  # OBS_NORM_ID fits Isaac Lab envs too
     assert info["batch_size"] == [3] and info["obs_shape"][-1] == 4
     assert info["device"] == device
