@@ -56,7 +56,7 @@ test-core-docker: $(STAMP) lint
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
-test-isaaclab: $(ISAAC_STAMP)
+test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 	RAY_ADDRESS=local $(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
 
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
@@ -86,6 +86,12 @@ bench-gpu: $(STAMP)
 
 bench-isaaclab: $(ISAAC_STAMP)
 	$(ISAAC_PY) benchmarks/bench_isaaclab.py
+
+# Every GPU figure of the docs in one go (gpu_check, bench_gpu, bench_isaaclab on cuda:0); exits 2 without CUDA.
+# `$(PY) benchmarks/gpu_figures.py --smoke` runs the same parts tiny on the CPU (tests/isaac_lab runs it in CI).
+.PHONY: gpu-check
+gpu-check: $(STAMP) $(ISAAC_STAMP)
+	$(PY) benchmarks/gpu_figures.py
 
 clean:
 	rm -rf $(VENV) $(ISAAC_VENV) .pytest_cache docs/_build docs/_generated

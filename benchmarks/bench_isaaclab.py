@@ -7,16 +7,19 @@ robot from a local file), the same MLP policy (4-32-32-1) in every row, determin
       what rsl_rl's ``play.py`` does: the floor;
   (b) torchrl: ``IsaacLabWrapper(env, native_autoreset=True)`` stepped by a torchrl
       ``Collector``, no episode accounting;
-  (c) simeval: ``Evaluator(make_env("isaaclab:..."), backend="thread")``, rounds of
-      exactly ``num_envs`` complete episodes with RewardSum, StepCounter and metrics.
+  (c) simeval: ``Evaluator(make_env("isaaclab:..."), backend="thread")`` with its
+      defaults, rounds of exactly ``num_envs`` complete episodes with their returns,
+      lengths, end flags, Isaac Lab's logged metrics and a bootstrap interval
+      (``simeval.worker.tensor_rollout``: no Collector).
 
 Env-steps/s, median over rounds of ``--steps`` steps per sub-env (episodes capped at
 that many steps, so a simeval round and a loop round step the same amount), for each
-``--num-envs``. Every row runs in a fresh child process (Isaac Lab keeps one simulation
-per process), after a warm-up round. Not a test: shared machines are noisy, so it
-reports medians and ratios and names the machine.
+``--num-envs``. Every row runs in fresh child processes (Isaac Lab keeps one simulation
+per process), ``--trials`` of them, the rows interleaved so that a shared machine's drift
+hits every row alike; each process times ``--repeats`` rounds after a warm-up round. Not a
+test: shared machines are noisy, so it reports medians and ratios and names the machine.
 
-    python benchmarks/bench_isaaclab.py [--num-envs 256 1024 4096] [--device cpu] [--repeats 3]
+    python benchmarks/bench_isaaclab.py [--num-envs 64 256 1024 4096] [--device cpu] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -83,13 +86,12 @@ def bare(num_envs: int, steps: int, device: str, repeats: int) -> list[float]:
 
 def torchrl_collector(num_envs: int, steps: int, device: str, repeats: int) -> list[float]:
     import torch
-    from tensordict.nn import TensorDictModule
     from torchrl.collectors import Collector
 
     from simeval.envs import make_env
 
     env = make_env(f"isaaclab:{TASK}", num_envs=num_envs, device=device, max_steps=steps, obs_norm=False)
-    policy = TensorDictModule(_policy(device), in_keys=["observation"], out_keys=["action"])
+    policy = _td_policy(env, device)
     collector = Collector(env, policy, frames_per_batch=num_envs * steps, total_frames=-1)
     it = iter(collector)
 
@@ -104,19 +106,25 @@ def torchrl_collector(num_envs: int, steps: int, device: str, repeats: int) -> l
         collector.shutdown()
 
 
+def _td_policy(env, device):
+    """The rows' MLP as a TensorDictModule ("observation" -> "action"), for torchrl and simeval."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(_policy(device), in_keys=["observation"], out_keys=["action"])
+
+
 def simeval_evaluator(num_envs: int, steps: int, device: str, repeats: int) -> list[float]:
     import functools
 
     import simeval
     from simeval.envs import make_env
-    from simeval.policies import mlp_policy
 
     ev = simeval.Evaluator(
         # No VecNorm: the other rows have no normaliser either (and a random policy has no statistics).
         functools.partial(
             make_env, f"isaaclab:{TASK}", num_envs=num_envs, device=device, max_steps=steps, obs_norm=False
         ),
-        policy_factory=functools.partial(mlp_policy, hidden=(32, 32)),
+        policy_factory=functools.partial(_td_policy, device=device),
         num_trajectories=num_envs,
         device=device,
         backend="thread",
@@ -170,21 +178,29 @@ def _machine(device: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-envs", type=int, nargs="+", default=[256, 1024, 4096])
+    p.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024, 4096])
     p.add_argument("--steps", type=int, default=100, help="steps per sub-env per round (= the episode cap)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per process (after a warm-up round)")
+    p.add_argument("--trials", type=int, default=3, help="processes per row, the rows interleaved (median)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child(args.child, args.num_envs[0], args.steps, args.device, args.repeats)
         return
     print(f"Isaac Lab {TASK}, device {args.device}; {_machine(args.device)}")
-    print(f"env-steps/s, median of {args.repeats} rounds of {args.steps} steps per sub-env (after a warm-up round)\n")
+    print(
+        f"env-steps/s: the median over {args.trials} processes per row (rows interleaved) of each one's median "
+        f"of {args.repeats} rounds of {args.steps} steps per sub-env (after a warm-up round)\n"
+    )
     header = f"{'num_envs':>8}  " + "  ".join(f"{LABELS[r]:>40}" for r in ROWS) + f"  {'simeval / bare':>14}"
     print(header)
     for n in args.num_envs:
-        rates = {row: run_row(row, n, args) for row in ROWS}
+        trials = {row: [] for row in ROWS}
+        for _ in range(args.trials):  # rows interleaved: a shared machine's drift hits every row alike
+            for row in ROWS:
+                trials[row].append(run_row(row, n, args))
+        rates = {r: statistics.median(v) if None not in v else None for r, v in trials.items()}
         cells = "  ".join(f"{rates[r]:>40,.0f}" if rates[r] else f"{'failed':>40}" for r in ROWS)
         ratio = rates["simeval"] / rates["bare"] if rates["simeval"] and rates["bare"] else float("nan")
         print(f"{n:>8}  {cells}  {ratio:>14.2f}", flush=True)

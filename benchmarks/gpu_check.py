@@ -1,8 +1,9 @@
 """GPU check: the Evaluator with a CUDA policy on the thread and process backends, and the launcher.
 
-    python benchmarks/gpu_check.py [--num-envs 256] [--out DIR]
+    python benchmarks/gpu_check.py [--num-envs 256] [--out DIR] [--device cuda:0]
 
-Run on a machine with a GPU (it exits 2 without one). Checks, and prints the figures of:
+Run on a machine with a GPU (it exits 2 without one; ``--device cpu`` is a smoke run of the
+same code on the CPU, for CI). Checks, and prints the figures of:
 1. the shipped final checkpoint evaluated on batched HalfCheetah-v5 with the policy on
    cpu, on cuda:0 in a thread, and on cuda:0 in a child process (its own CUDA context),
    the training-side weights living on cuda:0 as a trainer's would (staged through
@@ -45,7 +46,7 @@ def _big_policy(env, device: str):
     return TensorDictModule(net.to(device), in_keys=["observation"], out_keys=["action"])
 
 
-def evaluate_rows(num_envs: int, episodes: int) -> dict[str, dict]:
+def evaluate_rows(num_envs: int, episodes: int, gpu: str) -> dict[str, dict]:
     import torch
 
     from simeval import Evaluator, load_checkpoint
@@ -55,8 +56,8 @@ def evaluate_rows(num_envs: int, episodes: int) -> dict[str, dict]:
     rows = {}
     for label, backend, device in (
         ("cpu, thread", "thread", "cpu"),
-        ("cuda:0, thread", "thread", "cuda:0"),
-        ("cuda:0, process", "process", "cuda:0"),
+        (f"{gpu}, thread", "thread", gpu),
+        (f"{gpu}, process", "process", gpu),
     ):
         # The trainer's tensors: on the GPU when evaluation is on the GPU.
         weights = {k: v.to(device) for k, v in ck.weights_dict.items()}
@@ -83,32 +84,34 @@ def evaluate_rows(num_envs: int, episodes: int) -> dict[str, dict]:
             "returns": result["eval/episode_returns"].tolist(),
             "env_steps_per_s": float(result["eval/frame_count"]) / seconds,
         }
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
     return rows
 
 
-def trigger_latency(repeats: int = 30) -> dict[str, float]:
+def trigger_latency(gpu: str, repeats: int = 30) -> dict[str, float]:
     import torch
 
     from simeval import Evaluator
 
     out = {}
     for backend in ("thread", "process"):
-        policy = _big_policy(None, "cuda:0")
+        policy = _big_policy(None, gpu)
         ev = Evaluator(
             functools.partial(_env, 1, obs_norm=False),
-            policy_factory=functools.partial(_big_policy, device="cuda:0"),
+            policy_factory=functools.partial(_big_policy, device=gpu),
             num_trajectories=1,
             max_steps=5,
             backend=backend,
-            device="cuda:0",
+            device=gpu,
         )
         try:
             times = []
             for i in range(repeats):
                 with torch.no_grad():
                     policy.module[0].weight.add_(1e-6)  # training changed the weights
-                torch.cuda.synchronize()
+                if gpu.startswith("cuda"):
+                    torch.cuda.synchronize()
                 start = time.perf_counter()
                 ev.trigger_eval(policy, step=i)
                 times.append((time.perf_counter() - start) * 1e3)
@@ -119,9 +122,11 @@ def trigger_latency(repeats: int = 30) -> dict[str, float]:
     return out
 
 
-def launcher_run(out: str, num_envs: int) -> tuple[int, float, list[dict]]:
-    cmd = [sys.executable, "-m", "simeval.launch", "--device", "cuda:0", "--backend", "process"]
+def launcher_run(out: str, num_envs: int, gpu: str, max_steps: int | None) -> tuple[int, float, list[dict]]:
+    cmd = [sys.executable, "-m", "simeval.launch", "--device", gpu, "--backend", "process"]
     cmd += ["--num-envs", str(num_envs), "--episodes", str(num_envs), "--out", out]
+    if max_steps is not None:
+        cmd += ["--max-steps", str(max_steps)]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     seconds = time.perf_counter() - start
@@ -148,19 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=256)
     p.add_argument("--episodes", type=int, default=256)
     p.add_argument("--out", default=os.path.join("runs", "gpu-check"))
+    p.add_argument("--device", default="cuda:0", help="the GPU rows' device (cpu: a smoke run, 100-step episodes)")
     args = p.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_check: no CUDA device here.", file=sys.stderr)
+    gpu = args.device
+    if gpu.startswith("cuda") and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here (--device cpu runs the same code on the CPU).", file=sys.stderr)
         return 2
-    print(
-        f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
-        f"Python {sys.version.split()[0]}"
-    )
+    name = torch.cuda.get_device_name(0) if gpu.startswith("cuda") else "CPU smoke run (no GPU row measured)"
+    print(f"{name}, torch {torch.__version__}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     failures = []
 
-    rows = _explained(evaluate_rows, args.num_envs, args.episodes)
+    rows = _explained(evaluate_rows, args.num_envs, args.episodes, gpu)
     print(
         f"\nHalfCheetah-v5, shipped final checkpoint, {args.episodes} episodes x 1000 steps, "
         f"{args.num_envs} envs, seed 0"
@@ -169,21 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     for label, r in rows.items():
         ci = "[{:.1f}, {:.1f}]".format(*r["ci"])
         print(f"{label:<22}{r['reward']:>10.1f}{ci:>22}{r['env_steps_per_s']:>14,.0f}")
-    if rows["cuda:0, thread"]["returns"] != rows["cuda:0, process"]["returns"]:
-        failures.append("cuda:0 thread and process backends gave different episode returns")
+    if rows[f"{gpu}, thread"]["returns"] != rows[f"{gpu}, process"]["returns"]:
+        failures.append(f"{gpu} thread and process backends gave different episode returns")
     lo, hi = rows["cpu, thread"]["ci"]
-    if not lo <= rows["cuda:0, thread"]["reward"] <= hi:
-        failures.append("the cuda:0 mean return is outside the cpu row's 95% interval")
+    if not lo <= rows[f"{gpu}, thread"]["reward"] <= hi:
+        failures.append(f"the {gpu} mean return is outside the cpu row's 95% interval")
 
-    latency = _explained(trigger_latency)
-    print("\ntrigger_eval() with a 1.07M-parameter policy on cuda:0, median ms:")
+    latency = _explained(trigger_latency, gpu, 30 if gpu.startswith("cuda") else 6)
+    print(f"\ntrigger_eval() with a 1.07M-parameter policy on {gpu}, median ms:")
     for backend, ms in latency.items():
         print(f"  {backend:<8}{ms:8.2f}")
 
-    code, seconds, records = launcher_run(args.out, args.num_envs)
+    code, seconds, records = launcher_run(args.out, args.num_envs, gpu, None if gpu.startswith("cuda") else 100)
     ok = [r for r in records if r.get("status") == "ok"]
     print(
-        f"\npython -m simeval.launch --device cuda:0 --backend process --num-envs {args.num_envs}: exit {code}, "
+        f"\npython -m simeval.launch --device {gpu} --backend process --num-envs {args.num_envs}: exit {code}, "
         f"{len(ok)} checkpoints in {seconds:.1f} s"
     )
     for r in ok:

@@ -14,6 +14,7 @@ from typing import Any
 
 NestedKey = Any  # str | tuple[str, ...]; kept loose so this module imports no torch
 
+
 def as_key(key: NestedKey) -> tuple[str, ...]:
     """Normalise a nested key to a tuple (``"reward"`` -> ``("reward",)``)."""
     if isinstance(key, str):

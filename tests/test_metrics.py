@@ -45,3 +45,14 @@ def test_prefixed_prefixes_everything_and_keeps_scalars_by_default():
     assert out["val/success"] == 0.5 and out["val/step"] == 9
     assert all(np.isscalar(v) for v in out.values())
     assert "val/episode_returns" in prefixed(raw, "val", keep_episodes=True)
+
+
+@pytest.mark.parametrize("n", [2, 7, 257, 1023, 4096, 70_001])
+def test_the_chunked_bootstrap_gives_scipys_one_call_interval_exactly(n):
+    from scipy.stats import bootstrap
+
+    data = np.random.default_rng(n).standard_t(3, size=n)
+    one_call = bootstrap(
+        (data,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
+    ).confidence_interval
+    assert bootstrap_ci(data) == (one_call.low, one_call.high)

@@ -51,7 +51,8 @@ class _Transforms:
     vecnorm: object | None  # a VecNormV2 on "observation", frozen during rounds
 
 
-def _as_key(key: str | tuple[str, ...]) -> tuple:
+def as_key(key: str | tuple[str, ...]) -> tuple:
+    """A key as a tuple."""
     return (key,) if isinstance(key, str) else tuple(key)
 
 
@@ -78,12 +79,12 @@ def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, _Transforms] | None:
                     return None
                 found.counters.append(t)
             elif isinstance(t, RewardSum):
-                if [_as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
+                if [as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
                     return None
             elif type(t) is VecNormV2:
-                if found.vecnorm is not None or not t.stateful or [_as_key(k) for k in t.in_keys] != [("observation",)]:
+                if found.vecnorm is not None or not t.stateful or [as_key(k) for k in t.in_keys] != [("observation",)]:
                     return None
-                if [_as_key(k) for k in t.out_keys] != [("observation",)]:
+                if [as_key(k) for k in t.out_keys] != [("observation",)]:
                     return None
                 found.vecnorm = t
             else:
@@ -91,22 +92,39 @@ def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, _Transforms] | None:
     return env, found
 
 
-def plan(env: EnvBase, policy: Any, settings: EvalSettings, recording: bool) -> DirectRollout | None:
-    """A direct rollout for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
-    if (
+def collector_only(policy: Any, settings: EvalSettings, recording: bool) -> bool:
+    """Whether ``settings`` ask for what only the Collector gives, or ``policy`` is not "observation" -> "action".
+
+    A custom collector or batch size, trajectories for ``metrics_fn``, info keys, frames,
+    other reward or done keys: the loops without the Collector (this module's and
+    :mod:`simeval.worker.tensor_rollout`'s) run only where none of these is asked for.
+    """
+    return (
         settings.collector_cls is not None
-        or settings.collector_kwargs
+        or bool(settings.collector_kwargs)
         or settings.frames_per_batch is not None
         or settings.metrics_fn is not None
-        or settings.info_keys
+        or bool(settings.info_keys)
         or recording
         or tuple(settings.reward_key) != ("next", "reward")
         or tuple(settings.done_key) != ("next", "done")
-    ):
-        return None
-    if [_as_key(k) for k in getattr(policy, "in_keys", [])] != [("observation",)]:
-        return None
-    if ("action",) not in [_as_key(k) for k in getattr(policy, "out_keys", [])]:
+        or [as_key(k) for k in getattr(policy, "in_keys", [])] != [("observation",)]
+        or ("action",) not in [as_key(k) for k in getattr(policy, "out_keys", [])]
+    )
+
+
+def policy_module(policy: Any) -> Any:
+    """The module of a plain TensorDictModule from "observation" to "action" (None for any other policy).
+
+    Calling it on the tensor skips the TensorDict bookkeeping, a third of a small MLP's per-step time.
+    """
+    plain = type(policy) is TensorDictModule and list(policy.out_keys) == ["action"]
+    return policy.module if plain else None
+
+
+def plan(env: EnvBase, policy: Any, settings: EvalSettings, recording: bool) -> DirectRollout | None:
+    """A direct rollout for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
+    if collector_only(policy, settings, recording):
         return None
     found = _transforms(env)
     if found is None:
@@ -120,12 +138,8 @@ class DirectRollout:
 
     def __init__(self, env: EnvBase, base: MujocoBatchEnv, transforms: _Transforms, policy: Any) -> None:
         self.env, self.base, self.t, self.policy = env, base, transforms, policy
-        self.device = _device(policy)
-        # A plain TensorDictModule is its module between two keys: call the module (a third of the
-        # per-step time of a small MLP is TensorDict bookkeeping). Anything else gets a TensorDict.
-        self.module = (
-            policy.module if type(policy) is TensorDictModule and list(policy.out_keys) == ["action"] else None
-        )
+        self.device = policy_device(policy)
+        self.module = policy_module(policy)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="simeval-physics") if len(base.groups) > 1 else None
 
     def close(self) -> None:
@@ -157,7 +171,7 @@ class _Round:
         self.completed = np.zeros(n, dtype=np.int64)
         self.returns = np.zeros(n, dtype=np.float32)  # RewardSum's float32 running sum
         self.steps = np.zeros(n, dtype=np.int64)  # StepCounter's step_count
-        self.norm = None if rollout.t.vecnorm is None else _loc_scale(rollout.t.vecnorm)
+        self.norm = None if rollout.t.vecnorm is None else loc_scale(rollout.t.vecnorm)
         caps = [c.max_steps for c in rollout.t.counters if c.max_steps is not None]
         self.cap = min(caps) if caps else None
         self.obs = np.empty((n, base.obs_dim), dtype=np.float32)  # raw observations
@@ -304,7 +318,7 @@ class _Round:
         )
 
 
-def _loc_scale(vecnorm: VecNormV2) -> tuple[torch.Tensor, torch.Tensor]:
+def loc_scale(vecnorm: VecNormV2) -> tuple[torch.Tensor, torch.Tensor]:
     """A frozen VecNormV2's "observation" location and scale, by torchrl's own arithmetic (``VecNormV2._norm``).
 
     Computed once per round; ``(obs - loc) / scale`` then gives the transform's output bit for bit
@@ -322,7 +336,8 @@ def _loc_scale(vecnorm: VecNormV2) -> tuple[torch.Tensor, torch.Tensor]:
     return loc, var.sqrt().clamp_min(vecnorm.eps)
 
 
-def _device(policy: Any) -> torch.device | None:
+def policy_device(policy: Any) -> torch.device | None:
+    """The device of ``policy``'s first parameter (None: no parameters)."""
     try:
         return next(policy.parameters()).device
     except (AttributeError, StopIteration):

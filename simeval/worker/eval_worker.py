@@ -26,7 +26,7 @@ from simeval import metrics
 from simeval.settings import EvalSettings, RoundOverrides
 from simeval.shards import Shard, sub_env_seed
 from simeval.weights import load_weights, resolve_model
-from simeval.worker import direct_rollout, vecnorm
+from simeval.worker import direct_rollout, tensor_rollout, vecnorm
 from simeval.worker.frames import FrameBuffer, can_render
 from simeval.worker.rollout import Episodes, StoppablePolicy, run_round
 from simeval.worker.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
@@ -49,6 +49,18 @@ def _collector_cls(cls_or_name: type | str | None) -> type:
         except AttributeError:
             raise ValueError(f"unknown collector_cls {cls_or_name!r} in torchrl.collectors.") from None
     return cls_or_name
+
+
+def _own_time_limit(env: EnvBase) -> int | None:
+    """The episode length in steps at which an env that resets itself ends episodes (Isaac Lab's), else None.
+
+    Batches that divide it end rounds of full-length episodes on a batch boundary, with no steps wasted.
+    """
+    if not env.__dict__.get("_torchrl_native_autoreset", False):
+        return None
+    gym_env = vecnorm.innermost(env).__dict__.get("_env")  # the instance dict: no forwarding to sub-envs
+    limit = getattr(getattr(gym_env, "unwrapped", None), "max_episode_length", None)
+    return int(limit) if isinstance(limit, (int, float)) and limit > 0 else None
 
 
 def _episode_return_key(env: EnvBase, reward_key: tuple) -> tuple | None:
@@ -134,8 +146,8 @@ class EvalWorker:
         self._owns_env = env is None
         self.stop = stop or threading.Event()
         self._collector = None
-        # the native env's rounds without the Collector, where they reproduce it
-        self._direct: direct_rollout.DirectRollout | None = None
+        # rounds without the Collector (the native env's, Isaac Lab's), where they reproduce it
+        self._direct: direct_rollout.DirectRollout | tensor_rollout.TensorRollout | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
         self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)
         self._frames: FrameBuffer | None = None
@@ -171,7 +183,11 @@ class EvalWorker:
         with vecnorm.frozen_for_round(self.env), eval_mode(self.policy), torch.no_grad():
             self._collector = self._make_collector(rollout_env)
         self._rollout_env = self._collector.env
-        self._direct = direct_rollout.plan(self._rollout_env, self.policy, self.settings, self._frames is not None)
+        recording = self._frames is not None
+        self._direct = direct_rollout.plan(self._rollout_env, self.policy, self.settings, recording)
+        if self._direct is None:
+            horizon = self._collector.requested_frames_per_batch // self._num_envs
+            self._direct = tensor_rollout.plan(self._rollout_env, self.policy, self.settings, recording, horizon)
 
     def _policy_device(self, owns_policy: bool) -> torch.device:
         """Where the policy runs: ``settings.device`` (a policy this worker built is moved there), else its own."""
@@ -215,11 +231,14 @@ class EvalWorker:
 
     def _make_collector(self, env: EnvBase) -> BaseCollector:
         settings = self.settings
-        max_steps = settings.max_steps
+        max_steps = settings.max_steps if settings.max_steps is not None else _own_time_limit(env)
         fpb = settings.frames_per_batch or self._num_envs * batch_steps(max_steps, self._num_envs)
         fpb = -(-fpb // self._num_envs) * self._num_envs  # a whole number of steps per sub-env
         kwargs = dict(settings.collector_kwargs or {})
-        if settings.collector_cls is None:
+        cls = _collector_cls(settings.collector_cls)
+        from torchrl.collectors import Collector
+
+        if cls is Collector:  # torchrl's own, by default or by name: these settings suit it
             # The eval env is complete as given: do not let the collector add transforms.
             kwargs.setdefault("auto_register_policy_transforms", False)
             # A CPU simulator with a GPU policy (or the reverse): the collector moves the data
@@ -227,7 +246,7 @@ class EvalWorker:
             kwargs.setdefault("policy_device", self._device)
             kwargs.setdefault("env_device", env.device)
             kwargs.setdefault("trust_policy", True)
-        return _collector_cls(settings.collector_cls)(
+        return cls(
             create_env_fn=env,
             policy=StoppablePolicy(self.policy, self.stop),
             frames_per_batch=fpb,

@@ -262,7 +262,7 @@ def run_round(
     ``info_keys`` (relative to "next") and every leaf under ("next", "log") are
     read at each kept episode's last step, with the terminated/truncated flags.
     """
-    tally = _RoundTally(
+    tally = RoundTally(
         quotas,
         len(env.batch_size),
         reward_key=reward_key,
@@ -291,7 +291,7 @@ def _reset(collector: BaseCollector, env: EnvBase, seed: int | None) -> None:
     collector.reset()
 
 
-class _RoundTally:
+class RoundTally:
     """What ``run_round`` gathers from its batches: kept episodes, first-done reward, env steps (and the batches)."""
 
     def __init__(
@@ -335,20 +335,43 @@ class _RoundTally:
         if self.end_keys is None:
             self.end_keys = episode_ends.find(batch, self.done_key, self.info_keys)
         ends = episode_ends.read(batch, self.end_keys, env_ndim, done.shape)
+        self.add_steps(
+            reward,
+            done,
+            ends,
+            None if ep_ret is None else _flat_env(ep_ret, env_ndim),
+            None if steps is None else _flat_env(steps, env_ndim),
+            None if traj is None else _flat_env(traj, env_ndim),
+        )
+        if self.keep_trajectories:
+            self.batches.append(batch.clone())
+
+    def add_steps(
+        self,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        ends: dict[tuple, torch.Tensor],
+        episode_return: torch.Tensor | None = None,
+        step_count: torch.Tensor | None = None,
+        traj_ids: torch.Tensor | None = None,
+    ) -> None:
+        """Tally [E, T] CPU tensors of consecutive steps, ``ends`` keyed by ``self.end_keys``'s batch keys.
+
+        What :meth:`add` does with a collector batch, for a loop that steps the env itself
+        (``end_keys`` must be set first).
+        """
         success = self.end_keys.success
         self.tally.add(
             reward,
             done,
-            None if ep_ret is None else _flat_env(ep_ret, env_ndim),
-            None if steps is None else _flat_env(steps, env_ndim),
-            None if traj is None else _flat_env(traj, env_ndim),
+            episode_return,
+            step_count,
+            traj_ids,
             ends,
             None if success is None else episode_ends.is_success(ends[success]),
         )
         self.first_done.add(reward, done)
         self.env_steps += done.numel()
-        if self.keep_trajectories:
-            self.batches.append(batch.clone())
 
     def episodes(self, seconds: float, started_at: float) -> Episodes:
         """The round's kept episodes, with their end flags, info and success, in (sub-env, order) order."""
