@@ -56,39 +56,47 @@ def as_key(key: str | tuple[str, ...]) -> tuple:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
+def layout(env: EnvBase) -> tuple[EnvBase, list]:
+    """The base env under every TransformedEnv layer, and every transform, innermost first."""
+    from torchrl.envs import Compose, TransformedEnv
+
+    layers = []
+    while isinstance(env, TransformedEnv):
+        layers.append(env.transform)
+        env = env.base_env
+    flat = [t for layer in reversed(layers) for t in (layer if isinstance(layer, Compose) else [layer])]
+    return env, flat
+
+
 def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, _Transforms] | None:
     """The native base env and the transforms around it, or None if any is one this loop cannot reproduce."""
-    from torchrl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
     from torchrl.envs.transforms import VecNormV2
 
     from simeval.envs.mujoco import MujocoBatchEnv
 
     found = _Transforms([], None)
-    layers = []
-    while isinstance(env, TransformedEnv):
-        layers.append(env.transform)
-        env = env.base_env
+    env, transforms = layout(env)
     if type(env) is not MujocoBatchEnv or (env.device is not None and env.device.type != "cpu"):
         return None
-    for transform in reversed(layers):
-        for t in transform if isinstance(transform, Compose) else [transform]:
-            if isinstance(t, DoubleToFloat):  # the native env has no float64 output: a no-op
-                continue
-            if isinstance(t, StepCounter):
-                if t.step_count_key != "step_count" or not t.update_done:
-                    return None
-                found.counters.append(t)
-            elif isinstance(t, RewardSum):
-                if [as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
-                    return None
-            elif type(t) is VecNormV2:
-                if found.vecnorm is not None or not t.stateful or [as_key(k) for k in t.in_keys] != [("observation",)]:
-                    return None
-                if [as_key(k) for k in t.out_keys] != [("observation",)]:
-                    return None
-                found.vecnorm = t
-            else:
+    for t in transforms:
+        if isinstance(t, DoubleToFloat):  # the native env has no float64 output: a no-op
+            continue
+        if isinstance(t, StepCounter):
+            if t.step_count_key != "step_count" or not t.update_done:
                 return None
+            found.counters.append(t)
+        elif isinstance(t, RewardSum):
+            if [as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
+                return None
+        elif type(t) is VecNormV2:
+            if found.vecnorm is not None or not t.stateful or [as_key(k) for k in t.in_keys] != [("observation",)]:
+                return None
+            if [as_key(k) for k in t.out_keys] != [("observation",)]:
+                return None
+            found.vecnorm = t
+        else:
+            return None
     return env, found
 
 

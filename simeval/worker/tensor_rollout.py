@@ -39,7 +39,7 @@ from tensordict import TensorDict
 
 from simeval.errors import Cancelled
 from simeval.worker import episode_ends
-from simeval.worker.direct_rollout import as_key, collector_only, loc_scale, policy_device, policy_module
+from simeval.worker.direct_rollout import as_key, collector_only, layout, loc_scale, policy_device, policy_module
 from simeval.worker.rollout import Episodes, RoundTally
 
 if TYPE_CHECKING:
@@ -51,44 +51,39 @@ if TYPE_CHECKING:
 
 def _isaaclab_parts(env: EnvBase) -> tuple[Any, Any, list[str]] | None:
     """(torchrl's IsaacLabWrapper, the VecNormV2 or None, Isaac Lab's log names), or None if the layout differs."""
-    from torchrl.envs import Compose, DoubleToFloat, RenameTransform, RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs import DoubleToFloat, RenameTransform, RewardSum, StepCounter
     from torchrl.envs.transforms import VecGymEnvTransform, VecNormV2
 
     if not env.__dict__.get("_torchrl_native_autoreset", False):
         return None
-    layers = []
-    while isinstance(env, TransformedEnv):
-        layers.append(env.transform)
-        env = env.base_env
     try:
         from torchrl.envs.libs.isaac_lab import IsaacLabWrapper
     except ImportError:
         return None
+    env, transforms = layout(env)
     if not isinstance(env, IsaacLabWrapper) or env.from_tiled_camera:
         return None
     vecnorm = None
-    for transform in reversed(layers):
-        for t in transform if isinstance(transform, Compose) else [transform]:
-            if isinstance(t, (VecGymEnvTransform, DoubleToFloat)):  # no-ops on Isaac Lab's float32 data here
-                continue
-            if type(t) is RenameTransform:
-                if [as_key(k) for k in t.in_keys] != [("policy",)] or [as_key(k) for k in t.out_keys] != [
-                    ("observation",)
-                ]:
-                    return None
-            elif type(t) is StepCounter:
-                if t.max_steps is not None:  # Isaac Lab's episode length is its own time limit
-                    return None
-            elif type(t) is RewardSum:
-                if [as_key(k) for k in t.in_keys] != [("reward",)]:
-                    return None
-            elif type(t) is VecNormV2:
-                keys = [[as_key(k) for k in ks] for ks in (t.in_keys, t.out_keys)]
-                if vecnorm is not None or not t.stateful or keys != [[("observation",)], [("observation",)]]:
-                    return None
-                vecnorm = t
-            else:
+    for t in transforms:
+        if isinstance(t, (VecGymEnvTransform, DoubleToFloat)):  # no-ops on Isaac Lab's float32 data here
+            continue
+        if type(t) is RenameTransform:
+            keys = [[as_key(k) for k in ks] for ks in (t.in_keys, t.out_keys)]
+            if keys != [[("policy",)], [("observation",)]]:
                 return None
+        elif type(t) is StepCounter:
+            if t.max_steps is not None:  # Isaac Lab's episode length is its own time limit
+                return None
+        elif type(t) is RewardSum:
+            if [as_key(k) for k in t.in_keys] != [("reward",)]:
+                return None
+        elif type(t) is VecNormV2:
+            keys = [[as_key(k) for k in ks] for ks in (t.in_keys, t.out_keys)]
+            if vecnorm is not None or not t.stateful or keys != [[("observation",)], [("observation",)]]:
+                return None
+            vecnorm = t
+        else:
+            return None
     from simeval.envs.isaaclab_log import IsaacLogReader
 
     readers = list(env.info_dict_reader)
