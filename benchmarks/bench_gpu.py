@@ -5,9 +5,10 @@
 
 HalfCheetah-v5, MLP 17-64-64-6 (deterministic), on ``--device``:
 
-  (a) per size N: the env alone (``make_env(..., num_envs=N, backend="warp", device=D)``, zero actions,
-      torchrl's ``step_and_maybe_reset`` loop), and a full ``simeval.Evaluator`` round (one 1000-step
-      episode per sub-env, the MLP on D, thread backend), in env-steps/s;
+  (a) per size N: the bare loop a user would write (``make_env(..., num_envs=N, backend="warp", device=D)``,
+      the MLP called on the observation tensor, torchrl's ``step_and_maybe_reset``), and a full
+      ``simeval.Evaluator`` round (one 1000-step episode per sub-env, the same MLP on D, thread backend),
+      in env-steps/s;
   (b) latency from ``Evaluator.trigger_eval(weights)`` (weights on D, as a trainer's are) to the first
       env step of the round, cold (the round builds the env) and warm, and how long
       ``trigger_eval`` itself blocks the caller; the first step is timed by a transform on the env;
@@ -88,12 +89,12 @@ def _gpu_mib(device: str) -> float | None:
 
 
 # -- (a) and (b), each in a child process ----------------------------------------
-def env_alone(num_envs: int, device: str, backend: str, repeats: int, steps: int) -> dict:
-    """(a) env alone: ``steps`` steps of every sub-env with zero actions, per round."""
+def bare_loop(num_envs: int, device: str, backend: str, repeats: int, steps: int) -> dict:
+    """(a) the bare loop: ``steps`` steps of every sub-env, the MLP on the observation tensor, per round."""
     import torch
 
     env = make(num_envs, device, backend)
-    zeros = torch.zeros(env.action_spec.shape, device=env.device)
+    module = policy_factory(env).module.to(device)  # the Evaluator row's policy, the same weights
     rates = []
     with torch.inference_mode():
         for _ in range(repeats + 1):  # the first round warms up (kernels load or compile)
@@ -101,7 +102,7 @@ def env_alone(num_envs: int, device: str, backend: str, repeats: int, steps: int
             _sync(device)
             start = time.perf_counter()
             for _ in range(steps):
-                td.set("action", zeros)
+                td.set("action", module(td.get("observation")))
                 _, td = env.step_and_maybe_reset(td)
             _sync(device)
             rates.append(num_envs * steps / (time.perf_counter() - start))
@@ -165,7 +166,7 @@ def latency(num_envs: int, device: str, backend: str, repeats: int, steps: int) 
     return {"cold_s": first_step[0], "warm_s": first_step[1:], "call_s": call[1:], "cold_call_s": call[0]}
 
 
-KINDS = {"env": env_alone, "eval": evaluator_round, "latency": latency}
+KINDS = {"env": bare_loop, "eval": evaluator_round, "latency": latency}
 
 
 def run(kind: str, num_envs: int, args: argparse.Namespace, steps: int) -> dict:
@@ -327,7 +328,7 @@ def main() -> None:
         f"env backend {args.env_backend}; one warm-up round, then the median of {args.repeats}, "
         "each configuration in a fresh process\n"
     )
-    print(f"(a) {'num_envs':>8}{'env alone':>14}{'Evaluator':>14}{'ratio':>8}{'GPU MiB':>10}   Evaluator rounds")
+    print(f"(a) {'num_envs':>8}{'bare loop':>14}{'Evaluator':>14}{'ratio':>8}{'GPU MiB':>10}   Evaluator rounds")
     for n in sizes:
         alone = run("env", n, args, steps)
         ev = run("eval", n, args, steps)
@@ -336,7 +337,7 @@ def main() -> None:
         print(f"    {n:>8}{a:>14,.0f}{e:>14,.0f}{e / a:>8.2f}{mib:>10}   {[round(x) for x in ev['rates']]}", flush=True)
         if ev["episode_length"] != steps:
             print(f"    note: mean episode length {ev['episode_length']}, not {steps}")
-    print("    env-steps/s; env alone: zero actions through torchrl's step_and_maybe_reset; GPU MiB: whole device")
+    print("    env-steps/s; bare loop: the same MLP, torchrl's step_and_maybe_reset; GPU MiB: whole device")
 
     n = sizes[len(sizes) // 2]
     lat = run("latency", n, args, steps)

@@ -9,7 +9,7 @@ and ends with one table (part, exit code, minutes, log):
 1. ``gpu_check.py``: the shipped checkpoint with its policy on the GPU beside the native
    MuJoCo env (thread and process backends must agree exactly), ``trigger_eval`` latency
    with a 1M-parameter policy, and the launcher on the GPU;
-2. ``bench_gpu.py``: the MuJoCo Warp env at 1k-16k envs alone and under the Evaluator,
+2. ``bench_gpu.py``: the MuJoCo Warp env at 1k-16k envs in the bare loop and under the Evaluator,
    ``trigger_eval`` to the first env step (cold and warm), and training with an eval
    worker beside it on the same GPU (the slowdown in %);
 3. ``bench_isaaclab.py`` (in the Isaac Lab venv): the offline Isaac Lab cartpole at

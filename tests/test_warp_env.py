@@ -27,7 +27,7 @@ import torch
 from helpers import mlp_policy
 
 from simeval import Evaluator
-from simeval.envs import WARP_TASKS, make_env
+from simeval.envs import OBS_NORM_ID, WARP_TASKS, make_env
 
 pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
 
@@ -146,6 +146,119 @@ def test_evaluator_gives_the_native_envs_returns():
     warp, native = results["warp"], results["native"]
     assert warp["eval/episode_lengths"].tolist() == native["eval/episode_lengths"].tolist() == [20] * 4
     torch.testing.assert_close(warp["eval/episode_returns"], native["eval/episode_returns"], rtol=0, atol=1e-2)
+
+
+def _warp_round_pair(factory, rounds: int = 2, weights=None, seed: int | None = SEED, **settings) -> dict:
+    """``rounds`` rounds in a row through the public Evaluator: the default loop, and torchrl's Collector."""
+    out = {}
+    for name, extra in (("tensor", {}), ("collector", {"collector_cls": "Collector"})):
+        with Evaluator(factory, policy_factory=_policy, seed=seed, keep_episodes=True, **settings, **extra) as ev:
+            out[name] = [_comparable(ev.evaluate(weights_dict=weights)) for _ in range(rounds)]
+    return out
+
+
+def _policy(env):
+    return mlp_policy(seed=5, obs_dim=env.observation_spec["observation"].shape[-1], act_dim=env.action_spec.shape[-1])
+
+
+def _comparable(result: dict) -> dict:
+    """Every number of a result except the clocks, as plain lists."""
+    clocks = ("fps", "seconds", "time", "started")
+    return {
+        k: v.tolist() if hasattr(v, "tolist") else v
+        for k, v in result.items()
+        if k.startswith("eval/") and not any(c in k for c in clocks)
+    }
+
+
+@pytest.mark.parametrize(
+    ("task", "num_envs", "episodes", "max_steps", "seeded"),
+    [
+        ("Hopper-v5", 4, 11, 40, True),  # terminations mid-batch, three episodes per sub-env, uneven quotas
+        ("HalfCheetah-v5", 3, 4, 12, False),  # the step cap truncates; unseeded rounds go on from the generators
+    ],
+)
+def test_warp_rounds_without_the_collector_give_the_collectors_numbers(task, num_envs, episodes, max_steps, seeded):
+    """The Warp env's tensor loop (resets on the device, returns summed there) against torchrl's Collector."""
+    factory = functools.partial(make_env, task, num_envs=num_envs, obs_norm=False, backend="warp", device="cpu", seed=3)
+    got = _warp_round_pair(factory, seed=SEED if seeded else None, num_trajectories=episodes, max_steps=max_steps)
+    assert got["tensor"] == got["collector"]  # every metric and per-episode list, bit for bit, in both rounds
+    first, second = got["tensor"]
+    assert first["eval/num_episodes"] == episodes
+    if seeded:
+        assert {**first, "eval/step": 0} == {**second, "eval/step": 0}  # the same episodes again
+        assert first["eval/terminated_fraction"] == 1 and len(set(first["eval/episode_lengths"])) > 1
+    else:
+        assert first["eval/episode_returns"] != second["eval/episode_returns"]  # new initial states
+
+
+def test_warp_rounds_with_frozen_vecnorm_statistics_give_the_collectors_numbers():
+    train = make_env("HalfCheetah-v5", num_envs=2, backend="warp", device="cpu", seed=1)
+    train.rollout(8, break_when_any_done=False)
+    vecnorm = train.transform[2]
+    weights = {"policy": _policy(train), OBS_NORM_ID: vecnorm}
+    factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=3, backend="warp", device="cpu")
+    got = _warp_round_pair(factory, rounds=1, weights=weights, num_trajectories=3, max_steps=6)
+    plain = _warp_round_pair(
+        functools.partial(factory, obs_norm=False),
+        rounds=1,
+        weights={"policy": weights["policy"]},
+        num_trajectories=3,
+        max_steps=6,
+    )
+    train.close()
+    assert got["tensor"] == got["collector"]
+    assert got["tensor"][0]["eval/episode_returns"] != plain["tensor"][0]["eval/episode_returns"]  # normalised
+
+
+def test_the_warp_env_runs_the_tensor_loop_by_default_and_the_collector_where_it_cannot():
+    from simeval.settings import EvalSettings
+    from simeval.worker.eval_worker import EvalWorker
+    from simeval.worker.tensor_rollout import WarpSteps
+
+    def loop(**settings):
+        factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=2, backend="warp", device="cpu")
+        worker = EvalWorker(
+            EvalSettings(num_trajectories=2, max_steps=5, **settings), env_factory=factory, policy_factory=_policy
+        )
+        worker.build()
+        try:
+            return None if worker._direct is None else type(worker._direct.steps)
+        finally:
+            worker.close()
+
+    assert loop() is WarpSteps
+    assert loop(collector_cls="Collector") is None
+    assert loop(metrics_fn=len) is None
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_resets_drawn_ahead_start_the_episodes_the_envs_own_resets_would(depth):
+    """ResetsAhead at any depth (CUDA keeps 4 ahead) against the env's own host-read resets, then settled."""
+    from simeval.envs.warp_resets import ResetsAhead
+
+    mine, ref = (
+        make_env("Hopper-v5", num_envs=3, backend="warp", device="cpu", obs_norm=False, seed=4, max_steps=25)
+        for _ in range(2)
+    )
+    actions = _actions(ref, 60)
+    rows = _drive(ref, actions)
+    mine.reset()
+    base = mine.base_env
+    resets = ResetsAhead(base, depth=depth)
+    observed, ends = [], []
+    for action in actions:
+        reward, terminated, truncated = base.advance(action, 25)  # 25: the StepCounter's cap
+        resets.take(terminated | truncated)
+        observed.append(base.observe().clone())
+        ends.append(torch.stack((terminated, truncated), -1))
+    ends = torch.stack(ends)
+    assert torch.equal(ends, torch.cat((rows["terminated"], rows["truncated"]), -1))
+    assert ends[..., 0].sum() >= 1 and ends.any(-1).sum() >= 9  # terminations and truncations
+    assert torch.equal(torch.stack(observed), rows["after_reset"])  # every reset state, bit for bit
+    assert torch.equal(mine.reset()["observation"], ref.reset()["observation"])  # generators rewound
+    mine.close()
+    ref.close()
 
 
 def test_outputs_are_device_tensors_sharing_warp_memory():

@@ -101,15 +101,15 @@ class WarpBatchEnv(EnvBase):
         data = mujoco.MjData(model)
         self._init_qpos, self._init_qvel = data.qpos.copy(), data.qvel.copy()
         self._rngs: list[np.random.Generator] | None = None
+        self._ahead: Any = None  # a rollout's warp_resets.ResetsAhead: states drawn ahead, until settled
         self._obs_dim = self.task.obs_dim(model)
         self._make_specs(model)
-        self._graph = None
+        self._graph = self._reset_graph = None
         if self._wp_device.is_cuda:  # one graph launch per env step instead of hundreds of kernel launches
             self._warp(self._step_physics)  # compiles and loads every kernel before the capture
-            self._warp(mjw.reset_data, self._m, self._d, self._wp_reset_mask)
-            with wp.ScopedDevice(self._wp_device), wp.ScopedCapture() as capture:  # records, runs nothing
-                self._step_physics()
-            self._graph = capture.graph
+            self._warp(self._reset_masked)
+            self._graph = _capture(self._wp_device, self._step_physics)
+            self._reset_graph = _capture(self._wp_device, self._reset_masked)
         wp.synchronize_device(self._wp_device)  # Warp's set-up copies are done before torch writes the state
 
     def _step_physics(self) -> None:
@@ -117,6 +117,11 @@ class WarpBatchEnv(EnvBase):
 
         for _ in range(self.task.frame_skip):
             mjw.step(self._m, self._d)
+
+    def _reset_masked(self) -> None:
+        import mujoco_warp as mjw
+
+        mjw.reset_data(self._m, self._d, self._wp_reset_mask)
 
     def _make_specs(self, model: mujoco.MjModel) -> None:
         n, nu, dev = self._n, model.nu, self.device
@@ -151,6 +156,23 @@ class WarpBatchEnv(EnvBase):
         else:
             self._warp(self._step_physics)
 
+    @property
+    def reset_captured(self) -> bool:
+        """Whether :meth:`reset_masked` is one captured CUDA graph launch (cheap enough to run at every step)."""
+        return self._reset_graph is not None
+
+    def reset_masked(self) -> None:
+        """MuJoCo's defaults (``mjw.reset_data``) in the worlds where the ``_reset_mask`` tensor is True.
+
+        The mask is read on the device, never on the host; on CUDA this is one captured graph launch.
+        """
+        import warp as wp
+
+        if self._reset_graph is not None:
+            self._warp(wp.capture_launch, self._reset_graph)
+        else:
+            self._warp(self._reset_masked)
+
     # -- seeding and resets ---------------------------------------------------
     def _set_seed(self, seed: int | None) -> None:
         """Seed sub-env ``i`` with ``seed + i``, then reset every sub-env (as the native env and GymWrapper)."""
@@ -160,6 +182,17 @@ class WarpBatchEnv(EnvBase):
 
     def _seed(self, seed: int) -> None:
         self._rngs = sub_env_generators(seed, self._n)
+        self._ahead = None  # states drawn from the generators replaced: nothing to settle
+
+    @property
+    def generators(self) -> list[np.random.Generator]:
+        """Each sub-env's reset generator (sub-env ``i``'s seeded with ``seed + i``), as a reset would draw next."""
+        if self._ahead is not None:
+            self._ahead.settle()
+            self._ahead = None
+        if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
+            self._rngs = sub_env_generators(None, self._n)
+        return self._rngs
 
     def _reset_worlds(self, ids: np.ndarray | None) -> None:
         """gymnasium's reset for sub-envs ``ids`` (None: all): MuJoCo's defaults, then host-drawn noise copied once.
@@ -167,20 +200,23 @@ class WarpBatchEnv(EnvBase):
         gymnasium's mj_forward after the noise is left out: it only fills derived quantities,
         which no task here reads and every step recomputes first (and it would run on every world).
         """
-        import mujoco_warp as mjw
-
-        if self._rngs is None:  # unseeded: fresh entropy, as gymnasium's np_random(None)
-            self._rngs = sub_env_generators(None, self._n)
+        rngs = self.generators
         rows = range(self._n) if ids is None else ids.tolist()
-        init = [self.task.initial_state(self._rngs[i], self._init_qpos, self._init_qvel) for i in rows]
-        nq = self._init_qpos.shape[0]
-        states = torch.from_numpy(np.stack([np.concatenate(s) for s in init]).astype(np.float32)).to(self.device)
+        states = torch.from_numpy(self.initial_states([rngs[i] for i in rows])).to(self.device)
         every = slice(None) if ids is None else torch.from_numpy(ids).to(self.device)
         self._reset_mask.fill_(ids is None)
         self._reset_mask[every] = True
-        self._warp(mjw.reset_data, self._m, self._d, self._wp_reset_mask)
+        self.reset_masked()
+        nq = self._init_qpos.shape[0]
         self.state.qpos[every], self.state.qvel[every] = states[:, :nq], states[:, nq:]
         self._elapsed[every] = 0
+
+    def initial_states(self, rngs: list[np.random.Generator]) -> np.ndarray:
+        """One reset state per generator, drawn in order: float32 rows of (qpos, qvel), as gymnasium's reset."""
+        if not rngs:
+            return np.empty((0, self._init_qpos.shape[0] + self._init_qvel.shape[0]), dtype=np.float32)
+        init = [self.task.initial_state(rng, self._init_qpos, self._init_qvel) for rng in rngs]
+        return np.stack([np.concatenate(s) for s in init]).astype(np.float32)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         if kwargs.get("seed") is not None:
@@ -199,15 +235,10 @@ class WarpBatchEnv(EnvBase):
 
     # -- stepping ---------------------------------------------------------
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = tensordict.get("action").detach().to(self.device, torch.float32).reshape(self._n, -1)
-        before = self.state.qpos[:, 0].clone()  # what the forward velocity is measured from
-        self.state.ctrl.copy_(action)
-        self._physics()
-        reward, terminated = outcome(self.task, self.state, action, before, self._dt)
-        self._elapsed += 1
-        terminated, truncated = terminated.unsqueeze(-1), (self._elapsed >= self._max_steps).unsqueeze(-1)
+        reward, terminated, truncated = self.advance(tensordict.get("action"))
+        terminated, truncated = terminated.unsqueeze(-1), truncated.unsqueeze(-1)
         out = {
-            "observation": observe(self.task, self.state),
+            "observation": self.observe(),
             "reward": reward.unsqueeze(-1),
             "done": terminated | truncated,
             "terminated": terminated,
@@ -215,8 +246,48 @@ class WarpBatchEnv(EnvBase):
         }
         return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
 
+    def advance(self, action: torch.Tensor, max_steps: int | None = None) -> tuple[torch.Tensor, ...]:
+        """One step of every sub-env: (reward float32, terminated, truncated), (N,) tensors on the device.
+
+        Sub-envs are not reset. ``max_steps`` truncates earlier than the env's own time limit
+        (as a StepCounter's cap does).
+        """
+        action = action.detach().to(self.device, torch.float32).reshape(self._n, -1)
+        before = self.state.qpos[:, 0].clone()  # what the forward velocity is measured from
+        self.state.ctrl.copy_(action)
+        self._physics()
+        reward, terminated = outcome(self.task, self.state, action, before, self._dt)
+        self._elapsed += 1
+        limit = self._max_steps if max_steps is None else min(self._max_steps, max_steps)
+        return reward, terminated, self._elapsed >= limit
+
+    def observe(self) -> torch.Tensor:
+        """Every sub-env's (N, obs_dim) float32 observation of its current state."""
+        return observe(self.task, self.state)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(task={self.task.name!r}, num_envs={self._n}, device={self._wp_device})"
+
+
+def _capture(wp_device: object, fn: Callable[[], None]) -> object:
+    """``fn``'s kernels recorded as a CUDA graph on ``wp_device`` (nothing runs).
+
+    The garbage collector is held off meanwhile: a stale Warp graph finalised during the
+    capture would record its destructor into the new graph (mjlab does the same).
+    """
+    import gc
+
+    import warp as wp
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with wp.ScopedDevice(wp_device), wp.ScopedCapture() as capture:
+            fn()
+    finally:
+        if enabled:
+            gc.enable()
+    return capture.graph
 
 
 # -- the tasks of simeval.envs.mujoco_tasks, as torch ops on the device (float32) -----------------

@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class _Transforms:
+class PlainTransforms:
+    """The transforms of make_env's layout that a loop without the Collector reproduces."""
+
     counters: list  # StepCounters (their max_steps caps are read at each round's start)
     vecnorm: object | None  # a VecNormV2 on "observation", frozen during rounds
 
@@ -68,19 +70,29 @@ def layout(env: EnvBase) -> tuple[EnvBase, list]:
     return env, flat
 
 
-def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, _Transforms] | None:
+def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, PlainTransforms] | None:
     """The native base env and the transforms around it, or None if any is one this loop cannot reproduce."""
-    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
-    from torchrl.envs.transforms import VecNormV2
-
     from simeval.envs.mujoco import MujocoBatchEnv
 
-    found = _Transforms([], None)
     env, transforms = layout(env)
     if type(env) is not MujocoBatchEnv or (env.device is not None and env.device.type != "cpu"):
         return None
+    found = plain_transforms(transforms)
+    return None if found is None else (env, found)
+
+
+def plain_transforms(transforms: list) -> PlainTransforms | None:
+    """make_env's transforms (DoubleToFloat, StepCounters, a frozen VecNormV2 on "observation", RewardSum).
+
+    None if any other transform, or any of these with other keys or settings, is among ``transforms``.
+    DoubleToFloat is taken for a no-op: the base env must have no float64 outputs.
+    """
+    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
+    from torchrl.envs.transforms import VecNormV2
+
+    found = PlainTransforms([], None)
     for t in transforms:
-        if isinstance(t, DoubleToFloat):  # the native env has no float64 output: a no-op
+        if isinstance(t, DoubleToFloat):
             continue
         if isinstance(t, StepCounter):
             if t.step_count_key != "step_count" or not t.update_done:
@@ -97,7 +109,13 @@ def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, _Transforms] | None:
             found.vecnorm = t
         else:
             return None
-    return env, found
+    return found
+
+
+def step_cap(transforms: PlainTransforms) -> int | None:
+    """The smallest ``max_steps`` of the StepCounters (read at a round's start: the worker sets it), or None."""
+    caps = [c.max_steps for c in transforms.counters if c.max_steps is not None]
+    return min(caps) if caps else None
 
 
 def collector_only(policy: Any, settings: EvalSettings, recording: bool) -> bool:
@@ -144,7 +162,7 @@ def plan(env: EnvBase, policy: Any, settings: EvalSettings, recording: bool) -> 
 class DirectRollout:
     """Runs rounds of exactly the given per-sub-env episode quotas on a native env, groups overlapped."""
 
-    def __init__(self, env: EnvBase, base: MujocoBatchEnv, transforms: _Transforms, policy: Any) -> None:
+    def __init__(self, env: EnvBase, base: MujocoBatchEnv, transforms: PlainTransforms, policy: Any) -> None:
         self.env, self.base, self.t, self.policy = env, base, transforms, policy
         self.device = policy_device(policy)
         self.module = policy_module(policy)
@@ -180,8 +198,7 @@ class _Round:
         self.returns = np.zeros(n, dtype=np.float32)  # RewardSum's float32 running sum
         self.steps = np.zeros(n, dtype=np.int64)  # StepCounter's step_count
         self.norm = None if rollout.t.vecnorm is None else loc_scale(rollout.t.vecnorm)
-        caps = [c.max_steps for c in rollout.t.counters if c.max_steps is not None]
-        self.cap = min(caps) if caps else None
+        self.cap = step_cap(rollout.t)
         self.obs = np.empty((n, base.obs_dim), dtype=np.float32)  # raw observations
         self.records: list[tuple] = []  # (sub-env, ordinal, return, length, terminated, truncated)
         self.env_steps = 0

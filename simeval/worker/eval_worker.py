@@ -146,7 +146,7 @@ class EvalWorker:
         self._owns_env = env is None
         self.stop = stop or threading.Event()
         self._collector = None
-        # rounds without the Collector (the native env's, Isaac Lab's), where they reproduce it
+        # rounds without the Collector (the native env's, Isaac Lab's, the Warp env's), where they reproduce it
         self._direct: direct_rollout.DirectRollout | tensor_rollout.TensorRollout | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
         self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)

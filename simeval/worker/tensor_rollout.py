@@ -1,35 +1,45 @@
-"""Rounds on Isaac Lab without torchrl's Collector: the bare loop's work, and the Collector's numbers.
+"""Rounds on tensor-batched envs (Isaac Lab, MuJoCo Warp) without torchrl's Collector: the Collector's numbers.
 
 A Collector over ``make_env("isaaclab:...")`` pays per step for a dozen
 TensorDict operations, the transforms, and a TensorDict of Isaac Lab's log
 scalars built every step: 3 to 15 ms per step on a 2-core machine, which on a
-GPU would be most of a step. This loop steps the gymnasium env under
-torchrl's wrapper itself, as a user's own loop would: one policy call on the
-(frozen-normalised) observation tensor and one ``env.step`` per step, with the
-rewards and done flags written into buffers on the env's device, and nothing
-copied to the host until a batch of steps is over. Then the same
-:class:`~simeval.worker.rollout.RoundTally` that reads the Collector's batches
-reads these, batch by batch of the same size, so every number (returns,
-lengths, flags, Isaac Lab's ``extras["log"]`` at each episode's end, the
-first-done reward, the env steps) is the Collector path's, bit for bit.
+GPU would be most of a step. This loop steps the env as a user's own loop
+would: one policy call on the (frozen-normalised) observation tensor and one
+env step per step, with the rewards and done flags written into buffers on the
+env's device, and nothing copied to the host until a batch of steps is over.
+Then the same :class:`~simeval.worker.rollout.RoundTally` that reads the
+Collector's batches reads these, batch by batch of the same size, so every
+number (returns, lengths, flags, Isaac Lab's ``extras["log"]`` at each
+episode's end, the first-done reward, the env steps) is the Collector path's,
+bit for bit.
 
-Isaac Lab resets finished sub-envs inside ``step`` (torchrl's native
-auto-reset), so the observation a step returns is already the next episode's
-first for them, and ``extras["log"]`` holds the values it logged at those
-resets: a reference to its entries is kept at every step, and turned into
-numbers only at steps where an episode ended, once per batch.
+The env steps come from one of two sources:
 
-It runs where it reproduces the Collector: the env is Isaac Lab under
-:func:`simeval.envs.make_env`'s layout (the wrapper's own VecGymEnvTransform, the
-rename of a manager-based task's ``policy`` group, DoubleToFloat, a StepCounter
-without a cap, a frozen VecNormV2 on "observation", RewardSum), and nothing asks
-for what only the Collector gives (:func:`simeval.worker.direct_rollout.collector_only`).
-A suite condition (``Perturb``) runs on the Collector.
+* Isaac Lab (:class:`IsaacLabSteps`): its gymnasium env under torchrl's
+  wrapper. It resets finished sub-envs inside ``step`` (torchrl's native
+  auto-reset), so the observation a step returns is already the next episode's
+  first for them, and ``extras["log"]`` holds the values it logged at those
+  resets: a reference to its entries is kept at every step, and turned into
+  numbers only at steps where an episode ended, once per batch.
+* the MuJoCo Warp env (:class:`WarpSteps`): :meth:`WarpBatchEnv.advance
+  <simeval.envs.warp.WarpBatchEnv.advance>`, then the finished sub-envs reset
+  from states drawn ahead onto the device (:class:`~simeval.envs.warp_resets.ResetsAhead`),
+  driven by the done mask without a host read. Episode returns are summed on
+  the device in float32, as the Collector path's RewardSum sums them.
+
+It runs where it reproduces the Collector: the env is one of these under
+:func:`simeval.envs.make_env`'s layout (DoubleToFloat, a StepCounter, a frozen
+VecNormV2 on "observation", RewardSum; on Isaac Lab also the wrapper's own
+VecGymEnvTransform and the rename of a manager-based task's ``policy`` group,
+and no StepCounter cap), and nothing asks for what only the Collector gives
+(:func:`simeval.worker.direct_rollout.collector_only`). A suite condition
+(``Perturb``) runs on the Collector.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -39,7 +49,16 @@ from tensordict import TensorDict
 
 from simeval.errors import Cancelled
 from simeval.worker import episode_ends
-from simeval.worker.direct_rollout import as_key, collector_only, layout, loc_scale, policy_device, policy_module
+from simeval.worker.direct_rollout import (
+    as_key,
+    collector_only,
+    layout,
+    loc_scale,
+    plain_transforms,
+    policy_device,
+    policy_module,
+    step_cap,
+)
 from simeval.worker.rollout import Episodes, RoundTally
 
 if TYPE_CHECKING:
@@ -93,6 +112,16 @@ def _isaaclab_parts(env: EnvBase) -> tuple[Any, Any, list[str]] | None:
     return env, vecnorm, names
 
 
+def _warp_parts(env: EnvBase) -> tuple[Any, Any, list] | None:
+    """(the WarpBatchEnv, the VecNormV2 or None, the StepCounters), or None if the layout differs."""
+    warp_envs = sys.modules.get("simeval.envs.warp")  # not loaded: no Warp env was built
+    base, transforms = layout(env)
+    if warp_envs is None or type(base) is not warp_envs.WarpBatchEnv:
+        return None
+    found = plain_transforms(transforms)
+    return None if found is None else (base, found.vecnorm, found)
+
+
 def plan(
     env: EnvBase, policy: Any, settings: EvalSettings, recording: bool, steps_per_batch: int
 ) -> TensorRollout | None:
@@ -104,19 +133,74 @@ def plan(
     if collector_only(policy, settings, recording):
         return None
     found = _isaaclab_parts(env)
-    if found is None:
-        return None
-    wrapper, vecnorm, names = found
-    return TensorRollout(env, wrapper, vecnorm, names, policy, steps_per_batch)
+    if found is not None:
+        wrapper, vecnorm, names = found
+        return TensorRollout(env, IsaacLabSteps(wrapper, names), vecnorm, policy, steps_per_batch)
+    found = _warp_parts(env)
+    if found is not None:
+        base, vecnorm, transforms = found
+        return TensorRollout(env, WarpSteps(base, transforms), vecnorm, policy, steps_per_batch)
+    return None
+
+
+class IsaacLabSteps:
+    """Steps of an Isaac Lab env under torchrl's IsaacLabWrapper: its gymnasium env's own ``step``."""
+
+    running_return = False  # the Collector path sums rewards itself on natively auto-reset envs
+
+    def __init__(self, wrapper: Any, log_names: list[str]) -> None:
+        self.gym_env, self.log_names = wrapper._env, list(log_names)
+
+    def start(self) -> None:
+        """Nothing to prepare: Isaac Lab resets finished sub-envs itself."""
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """(next observation, reward, terminated, truncated, Isaac Lab's log entries or None)."""
+        observations, reward, terminated, truncated, extras = self.gym_env.step(action)
+        log = extras.get("log") if isinstance(extras, dict) else None
+        return observations["policy"], reward, terminated, truncated, dict(log) if log else None
+
+
+class WarpSteps:
+    """Steps of the MuJoCo Warp env with finished sub-envs reset on the device (no per-step host read)."""
+
+    running_return = True  # the Collector path reads RewardSum's float32 running sums
+
+    log_names: list[str] = []
+
+    def __init__(self, base: Any, transforms: Any) -> None:
+        self.base, self.transforms = base, transforms
+        self.resets = None
+        self.cap: int | None = None
+
+    def start(self) -> None:
+        """Draw the reset states ahead (the env was just reset) and read the StepCounter cap of this round."""
+        from simeval.envs.warp_resets import ResetsAhead
+
+        self.resets = ResetsAhead(self.base)
+        self.cap = step_cap(self.transforms)
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        """(next observation, reward, terminated, truncated, None); finished sub-envs are reset already."""
+        reward, terminated, truncated = self.base.advance(action, self.cap)
+        self.resets.take(terminated | truncated)
+        return self.base.observe(), reward, terminated, truncated, None
 
 
 class TensorRollout:
-    """Runs rounds of exactly the given per-sub-env episode quotas on an Isaac Lab env (see the module docstring)."""
+    """Runs rounds of exactly the given per-sub-env episode quotas on a tensor-batched env (see the module docstring).
 
-    def __init__(
-        self, env: EnvBase, wrapper: Any, vecnorm: Any, log_names: list[str], policy: Any, steps_per_batch: int
-    ) -> None:
-        self.env, self.wrapper, self.vecnorm, self.log_names = env, wrapper, vecnorm, list(log_names)
+    Args:
+        env: the transformed env (reset through its transforms at each round's start).
+        steps: where the steps come from (:class:`IsaacLabSteps` or :class:`WarpSteps`).
+        vecnorm: the frozen VecNormV2 on "observation", or None.
+        policy: the policy ("observation" -> "action").
+        steps_per_batch: the Collector's batch length, the tally's unit.
+    """
+
+    def __init__(self, env: EnvBase, steps: Any, vecnorm: Any, policy: Any, steps_per_batch: int) -> None:
+        self.env, self.steps, self.vecnorm = env, steps, vecnorm
+        self.log_names = list(steps.log_names)
         self.policy, self.module, self.device = policy, policy_module(policy), policy_device(policy)
         self.steps_per_batch = int(steps_per_batch)
         self.end_keys = episode_ends.EndKeys(
@@ -170,28 +254,36 @@ class TensorRollout:
         if self.vecnorm is not None:
             loc, scale = loc_scale(self.vecnorm)
             norm = loc.to(device), scale.to(device)
-        gym_env, T = self.wrapper._env, self.steps_per_batch
+        source, T = self.steps, self.steps_per_batch
+        source.start()
         reward = torch.empty(T, n, dtype=torch.float32, device=device)
         terminated = torch.empty(T, n, dtype=torch.bool, device=device)
         truncated = torch.empty(T, n, dtype=torch.bool, device=device)
+        returns = running = None
+        if source.running_return:  # RewardSum's float32 sums, as the Collector path reads them
+            returns = torch.empty(T, n, dtype=torch.float32, device=device)
+            running = torch.zeros(n, dtype=torch.float32, device=device)
         started_at = time.time()
         while not tally.finished:
             logs = []
             for t in range(T):
                 if stop.is_set():
                     raise Cancelled("evaluation cancelled by shutdown()")
-                observations, r, te, tr, extras = gym_env.step(self._act(obs))
+                obs, r, te, tr, log = source.step(self._act(obs))
                 reward[t] = r.reshape(n)
                 terminated[t] = te.reshape(n)
                 truncated[t] = tr.reshape(n)
-                log = extras.get("log") if isinstance(extras, dict) else None
-                logs.append(dict(log) if log else None)  # its entries now; Isaac Lab replaces them at resets
-                obs = observations["policy"]
+                logs.append(log)  # its entries now; Isaac Lab replaces them at resets
+                if running is not None:
+                    running += reward[t]
+                    returns[t] = running
+                    running.masked_fill_(terminated[t] | truncated[t], 0.0)
                 if norm is not None:
                     obs = (obs - norm[0]) / norm[1]
             r_cpu, te_cpu, tr_cpu = (x.T.cpu() for x in (reward, terminated, truncated))
             done = te_cpu | tr_cpu
-            tally.add_steps(r_cpu, done, self._ends(te_cpu, tr_cpu, done, logs))
+            ends = self._ends(te_cpu, tr_cpu, done, logs)
+            tally.add_steps(r_cpu, done, ends, None if returns is None else returns.T.cpu())
         return tally.episodes(time.perf_counter() - start, started_at)
 
     def _ends(
