@@ -54,14 +54,12 @@ class ResetsAhead:
         rngs = env.generators  # settles any earlier pool first
         self._start = [rng.bit_generator.state for rng in rngs]  # for settle()
         self._rngs = rngs
-        self._drawn = np.zeros(n, dtype=np.int64)
-        self._seen = np.zeros(n, dtype=np.int64)  # states taken, as of the last refill
+        self._seen = np.zeros(n, dtype=np.int64)  # states taken as of the last refill; drawn: depth more
         self._since_refill = 0
         self._rows = torch.arange(n, device=device)
         self.taken = torch.zeros(n, dtype=torch.int64, device=device)
         states = env.initial_states([rng for rng in rngs for _ in range(self.depth)])
         self.pool = torch.from_numpy(states.reshape(n, self.depth, -1)).to(device)
-        self._drawn[:] = self.depth
         self._nq = env.state.qpos.shape[1]
         env._ahead = self
 
@@ -88,12 +86,12 @@ class ResetsAhead:
         self._since_refill = 0
         taken = self.taken.cpu().numpy().copy()  # on the CPU, .cpu() is the counter itself
         new = taken - self._seen
-        self._seen = taken
         rows = np.repeat(np.arange(len(new)), new)
+        drawn = self._seen + self.depth
+        self._seen = taken
         if not len(rows):
             return
-        draws = self._drawn[rows] + (np.arange(len(rows)) - np.repeat(np.cumsum(new) - new, new))
-        self._drawn += new
+        draws = drawn[rows] + (np.arange(len(rows)) - np.repeat(np.cumsum(new) - new, new))
         states = self.env.initial_states([self._rngs[i] for i in rows.tolist()])
         device = self.pool.device
         self.pool[torch.from_numpy(rows).to(device), torch.from_numpy(draws % self.depth).to(device)] = (
@@ -104,7 +102,7 @@ class ResetsAhead:
         """Rewind each sub-env's generator to just after the draws its resets took (the rest stay unused)."""
         taken = self.taken.cpu().numpy()
         for i, rng in enumerate(self._rngs):
-            if self._drawn[i] == taken[i]:
+            if self._seen[i] + self.depth == taken[i]:  # every state drawn was taken
                 continue
             rng.bit_generator.state = self._start[i]
             self.env.initial_states([rng] * int(taken[i]))
