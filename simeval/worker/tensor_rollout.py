@@ -112,14 +112,14 @@ def _isaaclab_parts(env: EnvBase) -> tuple[Any, Any, list[str]] | None:
     return env, vecnorm, names
 
 
-def _warp_parts(env: EnvBase) -> tuple[Any, Any, list] | None:
-    """(the WarpBatchEnv, the VecNormV2 or None, the StepCounters), or None if the layout differs."""
+def _warp_parts(env: EnvBase) -> tuple[Any, Any] | None:
+    """(the WarpBatchEnv, its plain transforms), or None if the layout differs."""
     warp_envs = sys.modules.get("simeval.envs.warp")  # not loaded: no Warp env was built
     base, transforms = layout(env)
     if warp_envs is None or type(base) is not warp_envs.WarpBatchEnv:
         return None
     found = plain_transforms(transforms)
-    return None if found is None else (base, found.vecnorm, found)
+    return None if found is None else (base, found)
 
 
 def plan(
@@ -138,8 +138,8 @@ def plan(
         return TensorRollout(env, IsaacLabSteps(wrapper, names), vecnorm, policy, steps_per_batch)
     found = _warp_parts(env)
     if found is not None:
-        base, vecnorm, transforms = found
-        return TensorRollout(env, WarpSteps(base, transforms), vecnorm, policy, steps_per_batch)
+        base, transforms = found
+        return TensorRollout(env, WarpSteps(base, transforms), transforms.vecnorm, policy, steps_per_batch)
     return None
 
 
