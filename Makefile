@@ -10,11 +10,15 @@ STAMP  := $(VENV)/.simeval-installed
 ISAAC_VENV  ?= .venv-isaaclab
 ISAAC_PY    := $(ISAAC_VENV)/bin/python
 ISAAC_STAMP := $(ISAAC_VENV)/.simeval-installed
+# mjlab 1.6 pins MuJoCo 3.11 (the core venv has 4.0): its own venv too (make mjlab).
+MJLAB_VENV  ?= .venv-mjlab
+MJLAB_PY    := $(MJLAB_VENV)/bin/python
+MJLAB_STAMP := $(MJLAB_VENV)/.simeval-installed
 
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
-.PHONY: demo test test-core test-core-main test-core-docker test-isaaclab isaaclab lint docs bench bench-native bench-isaaclab clean
+.PHONY: demo test test-core test-core-main test-core-docker test-sims test-isaaclab test-mjlab isaaclab mjlab lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +37,17 @@ $(ISAAC_STAMP): pyproject.toml constraints-isaaclab.txt
 
 isaaclab: $(ISAAC_STAMP)
 
+# Python 3.11 with the CPU torch on this disk (constraints-mjlab.txt); mjlab brings MuJoCo Warp 3.11.
+$(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
+	rm -rf $(MJLAB_VENV)
+	$(PYTHON) -m venv $(MJLAB_VENV)
+	$(MJLAB_PY) -m pip install --quiet --upgrade pip
+	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt torch
+	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt "mjlab==1.6.0" onnx onnxruntime -e ".[test]"
+	touch $@
+
+mjlab: $(MJLAB_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m simeval.launch.demo
 
@@ -44,7 +59,12 @@ demo: $(STAMP)
 DOCKER_TESTS := tests/test_docker.py
 
 test:
-	$(MAKE) -j2 test-core test-isaaclab
+	$(MAKE) -j2 test-core test-sims
+
+# The simulators with venvs of their own, one after the other (beside the core suite).
+test-sims:
+	$(MAKE) test-isaaclab
+	$(MAKE) test-mjlab
 
 test-core: test-core-main test-core-docker
 
@@ -58,6 +78,10 @@ test-core-docker: $(STAMP) lint
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
 test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 	RAY_ADDRESS=local $(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
+
+# mjlab's tests train with mjlab's own trainer for a few iterations on MuJoCo Warp's CPU device.
+test-mjlab: $(MJLAB_STAMP) $(STAMP)
+	RAY_ADDRESS=local $(MJLAB_PY) -m pytest -q --durations=5 tests/mjlab
 
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library.
@@ -94,4 +118,4 @@ gpu-check: $(STAMP) $(ISAAC_STAMP)
 	$(PY) benchmarks/gpu_figures.py
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) .pytest_cache docs/_build docs/_generated
+	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) .pytest_cache docs/_build docs/_generated

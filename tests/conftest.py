@@ -14,9 +14,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# The real-Isaac-Lab tests run in the Python 3.12 venv (make test-isaaclab); the 3.11 suite has no Isaac Lab.
-if importlib.util.find_spec("isaaclab") is None:
-    collect_ignore = ["isaac_lab"]
+# The real-Isaac-Lab tests run in the Python 3.12 venv (make test-isaaclab), the mjlab tests in mjlab's own
+# venv (make test-mjlab); the core suite has neither.
+collect_ignore = [
+    name for name, module in (("isaac_lab", "isaaclab"), ("mjlab", "mjlab")) if importlib.util.find_spec(module) is None
+]
 
 
 @pytest.hookimpl(hookwrapper=True)

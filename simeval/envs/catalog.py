@@ -40,18 +40,24 @@ def env_backend(name: str, backend: str | None = None) -> str:
 
 
 def check_env(name: str, backend: str | None = None) -> str:
-    """The env backend that will run ``name`` (isaaclab, native, gymnasium or warp).
+    """The env backend that will run ``name`` (isaaclab, mjlab, native, gymnasium or warp).
 
     A one-line ValueError naming the env if none can.
     """
     if name.startswith("isaaclab:"):
         check_isaaclab_task(name.split(":", 1)[1])
         return "isaaclab"
+    if name.startswith("mjlab:"):
+        from simeval.envs import mjlab
+
+        mjlab.check_task(name.split(":", 1)[1])
+        return "mjlab"
     import gymnasium
 
     if name not in gymnasium.registry:
         raise ValueError(
-            f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5) or isaaclab:<task>."
+            f"unknown env {name!r}: not a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5), "
+            "isaaclab:<task> or mjlab:<task>."
         )
     return env_backend(name, backend)
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs.catalog import MUJOCO_TASKS, env_backend
+from simeval.envs.layout import append_layout
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase, TransformedEnv
@@ -54,8 +55,9 @@ def make_env(
 
     Args:
         name: gymnasium id (the MuJoCo v5 tasks are tested; others may work),
-            or ``isaaclab:<task>`` for an Isaac Lab task (:mod:`simeval.envs.isaaclab`;
-            ``render``, ``backend``, ``num_threads`` do not apply there).
+            ``isaaclab:<task>`` for an Isaac Lab task (:mod:`simeval.envs.isaaclab`), or
+            ``mjlab:<task>`` for an mjlab task (:mod:`simeval.envs.mjlab`; on both
+            ``render``, ``backend``, ``num_threads`` do not apply).
         num_envs: sub-envs stepped together (batch size ``[num_envs]``).
         max_steps: episode cap enforced by a StepCounter (truncation);
             ``None`` keeps only the task's own time limit.
@@ -86,11 +88,12 @@ def make_env(
             :class:`~simeval.envs.perturb.Perturb` directly around the base env, below
             the layout above (so ``OBS_NORM_ID`` still names the VecNormV2);
             ``body_mass_scale``, ``friction_scale`` and ``gravity`` need the native backend.
-            On Isaac Lab tasks its ``cfg`` overrides go into the task's config and its
-            generic settings follow Isaac Lab's in-step resets.
-        cfg_overrides: Isaac Lab tasks only: ``{"dotted.path": value}`` set in the task's env
-            config before the env is built (:func:`simeval.envs.isaaclab.apply_cfg_overrides`),
-            e.g. ``{"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}``; on
+            On Isaac Lab and mjlab tasks its ``cfg`` overrides go into the task's config and
+            its generic settings follow the simulator's in-step resets.
+        cfg_overrides: Isaac Lab and mjlab tasks only: ``{"dotted.path": value}`` set in the task's env
+            config before the env is built (:func:`simeval.envs.cfg_overrides.apply_cfg_overrides`),
+            e.g. ``{"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}`` or mjlab's
+            ``{"commands.twist.ranges.lin_vel_x": [1.0, 2.0]}``; on
             top of the condition's own ``cfg``. A path the config lacks is a ValueError.
     """
     if num_envs < 1:
@@ -99,15 +102,19 @@ def make_env(
         condition = _condition(condition, name, "isaaclab")
         overrides = {**condition.cfg, **(cfg_overrides or {})}
         return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
+    if name.startswith("mjlab:"):
+        condition = _condition(condition, name, "mjlab")
+        overrides = {**condition.cfg, **(cfg_overrides or {})}
+        return _mjlab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
     if cfg_overrides:
-        raise ValueError(f"cfg overrides apply to Isaac Lab tasks (isaaclab:<id>) only, not {name}.")
+        raise ValueError(f"cfg overrides apply to Isaac Lab and mjlab tasks only, not {name}.")
     backend = env_backend(name, backend)
     condition = _condition(condition, name, backend)
     from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
 
     base = _base_env(name, backend, num_envs, device, render, num_threads, exact_contact_forces, groups)
     env = TransformedEnv(perturbed(base, condition), auto_unwrap=False)
-    _append_transforms(env, max_steps, obs_norm)
+    append_layout(env, max_steps, obs_norm)
     if seed is not None:
         env.set_seed(seed)
     return env
@@ -119,18 +126,19 @@ def _condition(condition: Condition | Mapping[str, Any] | None, name: str, backe
 
     if not isinstance(condition, Condition):
         condition = Condition.parse(condition)
-    if condition.physics and backend == "isaaclab":
+    if condition.physics and backend in ("isaaclab", "mjlab"):
+        example = "events.add_pole_mass" if backend == "isaaclab" else "events.foot_friction"
         raise ValueError(
-            f"{', '.join(condition.physics)} set the native MuJoCo env's physics; on Isaac Lab ({name}) change "
-            "physics through the task's config: a cfg override of an event term (e.g. events.add_pole_mass)."
+            f"{', '.join(condition.physics)} set the native MuJoCo env's physics; on {name} change "
+            f"physics through the task's config: a cfg override of an event term (e.g. {example})."
         )
     if condition.physics and backend != "native":
         raise ValueError(
             f"{', '.join(condition.physics)} set the native MuJoCo env's physics; {name} is built on the {backend} "
             "backend: use backend='native' (a NATIVE_TASKS id), or observation/action conditions."
         )
-    if condition.cfg and not name.startswith("isaaclab:"):
-        raise ValueError(f"{CFG} overrides apply to Isaac Lab tasks (isaaclab:<id>) only, not {name}.")
+    if condition.cfg and backend not in ("isaaclab", "mjlab"):
+        raise ValueError(f"{CFG} overrides apply to Isaac Lab and mjlab tasks only, not {name}.")
     return condition
 
 
@@ -171,6 +179,31 @@ def _isaaclab_env(
     )
 
 
+def _mjlab_env(
+    name: str,
+    num_envs: int,
+    device: str | None,
+    seed: int | None,
+    max_steps: int | None,
+    obs_norm: bool,
+    cfg_overrides: Mapping[str, Any],
+    condition: Condition,
+) -> TransformedEnv:
+    """The mjlab task ``mjlab:<task>`` under ``cfg_overrides`` and ``condition`` (``mjlab.make_env``)."""
+    from simeval.envs import mjlab
+
+    return mjlab.make_env(
+        name.split(":", 1)[1],
+        num_envs=num_envs,
+        device=device,
+        seed=seed,
+        max_steps=max_steps,
+        obs_norm=obs_norm,
+        cfg_overrides=cfg_overrides,
+        condition=condition,
+    )
+
+
 def _base_env(
     name: str,
     backend: str,
@@ -187,22 +220,6 @@ def _base_env(
     if backend == "warp":
         return _warp_env(name, num_envs, device, render)
     return _gymnasium_env(name, num_envs, device, render)
-
-
-def _append_transforms(env: TransformedEnv, max_steps: int | None, obs_norm: bool) -> None:
-    """Append the layout every backend shares: DoubleToFloat, StepCounter, VecNormV2 (with ``obs_norm``), RewardSum."""
-    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
-    from torchrl.envs.transforms import VecNormV2
-
-    env.append_transform(DoubleToFloat())
-    env.append_transform(StepCounter(max_steps))
-    if obs_norm:
-        import warnings
-
-        with warnings.catch_warnings():  # batched containers are what reduce_batch_dims is for
-            warnings.filterwarnings("ignore", message="Support of VecNormV2 for containers")
-            env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
-    env.append_transform(RewardSum())
 
 
 def _native_env(

@@ -49,7 +49,7 @@ def build_env(
     """
     from simeval.envs import make_env
 
-    if name.startswith("isaaclab:"):  # no MuJoCo rendering or env backend there
+    if name.startswith(("isaaclab:", "mjlab:")):  # no MuJoCo rendering or env backend there
         return make_env(
             name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, condition=condition
         )

@@ -51,7 +51,8 @@ class LaunchConfig:
     device: str | None = _opt(None, "eval device, e.g. cuda:1 (process backend: only that GPU is visible)")
     env: str = _opt(
         "HalfCheetah-v5",
-        "gymnasium id (HalfCheetah-v5, ...) or isaaclab:<task> (default: the checkpoint's, else HalfCheetah-v5)",
+        "gymnasium id (HalfCheetah-v5, ...), isaaclab:<task> or mjlab:<task> "
+        "(default: the checkpoint's, else HalfCheetah-v5)",
         show_default=False,
     )
     env_backend: str | None = _opt(

@@ -38,7 +38,7 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None
     if ck is not None and not ck.env and ck.meta.get("format", "simeval") != "simeval" and "env" not in explicit:
         raise CheckpointError(
             f"{ck.path}: a {ck.meta['format']} checkpoint does not record its env: name it with --env "
-            "(e.g. --env isaaclab:Simeval-Isaac-Cartpole-Direct)."
+            "(e.g. --env isaaclab:Simeval-Isaac-Cartpole-Direct or --env mjlab:Mjlab-Velocity-Flat-Unitree-Go1)."
         )
     if ck is not None and ck.env:
         if "env" in explicit and ck.env != cfg.env:

@@ -136,7 +136,7 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
     _known(data, _TASK, where + ".")
     env = data.get("env")
     if not isinstance(env, str) or not env:
-        raise ValueError(f"{where}.env: every task names its env (a gymnasium id or isaaclab:<id>).")
+        raise ValueError(f"{where}.env: every task names its env (a gymnasium id, isaaclab:<id> or mjlab:<id>).")
     conditions = data.get("conditions", {"nominal": {}})
     if not isinstance(conditions, Mapping) or not conditions:
         raise ValueError(f"{where}.conditions: a mapping of condition names to settings ({{}}: the nominal env).")

@@ -87,7 +87,7 @@ def test_a_heavier_pole_changes_the_returns_under_a_fixed_policy(probed):
 def test_cfg_overrides_are_for_isaac_lab_tasks_only():
     from simeval.envs import make_env
 
-    with pytest.raises(ValueError, match=r"^cfg overrides apply to Isaac Lab tasks \(isaaclab:<id>\) only"):
+    with pytest.raises(ValueError, match=r"^cfg overrides apply to Isaac Lab and mjlab tasks only"):
         make_env("HalfCheetah-v5", cfg_overrides={MASS: [0.5, 2.0]})
 
 
