@@ -18,7 +18,10 @@ rsl_rl's ``model_*.pt``, skrl's ``checkpoints/agent_*.pt``, ...); a file's name
 is its path relative to the directory. Training libraries other than simeval
 write checkpoints in place, not atomically: a file that cannot be read yet and
 changed in the last ``SETTLE_SECONDS`` is tried again on a later scan instead of
-being recorded as failed.
+being recorded as failed. An ``.onnx`` file beside rsl_rl's ``model_*.pt`` is the
+run's export of its latest save, rewritten on each save with no step of its own
+(mjlab writes ``<run>/<run>.onnx``): the watch evaluates the ``model_*.pt`` files
+and leaves the export to ``--checkpoint``.
 """
 
 from __future__ import annotations
@@ -173,6 +176,9 @@ class Watcher:
                 name = os.path.relpath(path, self.directory)
                 if not os.path.basename(name).startswith(".") and name not in self.seen and os.path.isfile(path):
                     found[name] = path
+        if self.format is None:
+            for name in [n for n in found if n.endswith(".onnx") and _beside_rsl_rl_saves(found[n])]:
+                del found[name]
         return sorted(found.items())
 
     def _step_of(self, name: str, path: str) -> int:
@@ -183,6 +189,11 @@ class Watcher:
             cached = (stamp, peek_step(path, self.format))
             self._steps[name] = cached
         return cached[1]
+
+
+def _beside_rsl_rl_saves(path: str) -> bool:
+    """Whether the file ``path`` shares its directory with rsl_rl's ``model_<iteration>.pt`` saves."""
+    return bool(glob.glob(os.path.join(glob.escape(os.path.dirname(path)), "model_*.pt")))
 
 
 def _settling(path: str) -> bool:

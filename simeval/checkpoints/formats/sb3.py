@@ -86,7 +86,24 @@ def step_of(path: str, data: Any) -> int:
 
 
 def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
-    """A Checkpoint for the SB3 zip at ``path`` (``raw``: its bytes)."""
+    """A Checkpoint for the SB3 zip at ``path`` (``raw``: its bytes), with VecNormalize statistics found beside it."""
+    return _read(path, raw, None, look_beside=True)
+
+
+def read_saved(raw: bytes, name: str, vecnormalize: dict | None) -> Checkpoint:
+    """A Checkpoint for the bytes ``model.save`` wrote to a buffer, with its VecNormalize statistics given.
+
+    Args:
+        raw: the zip's bytes.
+        name: what errors and ``Checkpoint.path`` call it.
+        vecnormalize: ``{"mean", "var", "clip_obs", "epsilon"}`` of the training env's
+            VecNormalize (folded into the actor), or None.
+    """
+    return _read(name, raw, vecnormalize, look_beside=False)
+
+
+def _read(path: str, raw: bytes | None, given: dict | None, *, look_beside: bool) -> Checkpoint:
+    """The Checkpoint of ``read`` (statistics from a file beside ``path``) or ``read_saved`` (``given``)."""
     from simeval.checkpoints.base import Checkpoint, unflatten
 
     try:
@@ -114,8 +131,8 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     }
     weights = {"module/" + k.replace(".", "/"): v for k, v in state.items() if k.startswith(_ACTOR_PREFIXES[family])}
 
-    stats_path = find_vecnormalize(path, family, saved)
-    stats = read_vecnormalize(stats_path, obs_dim) if stats_path else None
+    stats_path = find_vecnormalize(path, family, saved) if look_beside else None
+    stats = read_vecnormalize(stats_path, obs_dim) if stats_path else given
     if stats is not None:
         import torch
 
