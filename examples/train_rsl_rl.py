@@ -6,10 +6,14 @@ and ``--watch`` read as they are::
     LOG_ROOT/rsl_rl/<experiment>/<run>/params/{agent,env}.yaml
     LOG_ROOT/rsl_rl/<experiment>/<run>/model_<iteration>.pt
 
+With ``--eval-every N`` simeval evaluates the actor every N iterations beside
+training (:func:`simeval.integrations.rsl_rl.evaluate_during_training`, in a child
+process), into ``<run>/simeval/results.jsonl`` and the run's TensorBoard as ``Eval/*``.
+
 Run in the Isaac Lab venv (``make isaaclab``)::
 
     .venv-isaaclab/bin/python examples/train_rsl_rl.py --task Simeval-Isaac-Cartpole-Direct \
-        --num-envs 256 --max-iterations 150 --device cpu
+        --num-envs 256 --max-iterations 150 --device cpu --eval-every 25
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--log-root", default="logs")
     p.add_argument("--run-name", default=None, help="default: the date and time, as Isaac Lab names runs")
+    p.add_argument("--eval-every", type=int, default=0, help="evaluate beside training every N iterations (0: off)")
+    p.add_argument("--eval-episodes", type=int, default=32)
+    p.add_argument("--eval-max-steps", type=int, default=None, help="default: the task's episode length")
     a = p.parse_args(argv)
 
     import gymnasium as gym
@@ -62,6 +69,13 @@ def main(argv: list[str] | None = None) -> str:
     with isaaclab.launch_for(env_cfg):
         env = RslRlVecEnvWrapper(gym.make(a.task, cfg=env_cfg), clip_actions=agent_cfg.clip_actions)
         runner = create_rsl_rl_runner(env, agent_cfg, log_dir=log_dir)
+        if a.eval_every:
+            from simeval.integrations.rsl_rl import evaluate_during_training
+
+            evaluate_during_training(
+                runner, f"isaaclab:{a.task}", every=a.eval_every, episodes=a.eval_episodes,
+                max_steps=a.eval_max_steps, device=a.device,
+            )  # fmt: skip
         runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
         env.close()
     print(log_dir)

@@ -40,7 +40,7 @@ class Count(BaseCallback):
 
     def _on_step(self) -> bool:
         self.calls += 1
-        if self.of is not None and self.of.evaluator is not None and self.of.evaluator.pending:
+        if self.of is not None and self.of.rounds.pending:
             self.steps_while_pending += 1
         return True
 
@@ -88,7 +88,7 @@ def test_same_seed_same_episodes_in_every_round_on_the_thread_backend(tmp_path):
     model = PPO("MlpPolicy", make_vec_env(TASK, n_envs=1, seed=1), n_steps=32, batch_size=32, seed=1, verbose=0)
     cb = EvalCallback(TASK, n_eval_episodes=3, eval_freq=10_000, backend="thread", verbose=0)
     model.learn(total_timesteps=32, callback=cb)  # no round triggered: training ends cleanly
-    assert cb.evaluations_timesteps == [] and cb.evaluator is None
+    assert cb.evaluations_timesteps == [] and cb.rounds.evaluator is None
     cb = EvalCallback(TASK, n_eval_episodes=3, eval_freq=16, backend="thread", log_path=str(tmp_path), verbose=0)
     model.learn(total_timesteps=32, callback=cb, reset_num_timesteps=False)
     assert len(cb.evaluations_results) == 2

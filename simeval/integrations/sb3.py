@@ -34,10 +34,10 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, EventCallback
 
 from simeval.atomic import write_atomically
+from simeval.integrations.rounds import Rounds
 
 if TYPE_CHECKING:
     from simeval.checkpoints.base import Checkpoint
-    from simeval.evaluator import Evaluator
 
 
 class EvalCallback(EventCallback):
@@ -102,17 +102,15 @@ class EvalCallback(EventCallback):
         self.callback_on_new_best = callback_on_new_best
         if callback_on_new_best is not None:
             callback_on_new_best.parent = self
-        self.env_maker = _env_maker(eval_env, num_envs or n_eval_episodes, max_steps)
+        env_maker = _env_maker(eval_env, num_envs or n_eval_episodes, max_steps)
         self.n_eval_episodes = n_eval_episodes
         self.eval_freq = eval_freq
         self.log_path = os.path.join(log_path, "evaluations") if log_path is not None else None
         self.best_model_save_path = best_model_save_path
         self.deterministic = deterministic
         self.warn = warn
-        self.backend = backend
-        self.seed = seed
-        self.evaluator_kwargs = dict(evaluator_kwargs or {})
-        self.evaluator: Evaluator | None = None
+        settings = {"num_trajectories": n_eval_episodes, "seed": seed, "backend": backend, "keep_episodes": True}
+        self.rounds = Rounds(env_maker, {"num_gpus": 0, "device": "cpu", **settings, **(evaluator_kwargs or {})})
         self.best_mean_reward = -np.inf
         self.last_mean_reward = -np.inf
         self.evaluations_timesteps: list[int] = []
@@ -122,43 +120,24 @@ class EvalCallback(EventCallback):
         self._continue = True
 
     def _init_callback(self) -> None:
-        import simeval
-        from simeval.policies import build_policy
-
         super()._init_callback()  # callback_after_eval
         if self.callback_on_new_best is not None:
             self.callback_on_new_best.init_callback(self.model)
         for path in (self.best_model_save_path, os.path.dirname(self.log_path) if self.log_path else None):
             if path:
                 os.makedirs(path, exist_ok=True)
-        _, _, ck = self._snapshot()  # the policy's architecture, fixed for the run
-        self.evaluator = simeval.Evaluator(
-            self.env_maker,
-            policy_factory=functools.partial(build_policy, ck.policy_factory, ck.policy_kwargs),
-            num_trajectories=self.n_eval_episodes,
-            backend=self.backend,
-            seed=self.seed,
-            keep_episodes=True,
-            busy_policy="queue",
-            **{"num_gpus": 0, "device": "cpu", **self.evaluator_kwargs},
-        )
 
     def _on_step(self) -> bool:
         if self.eval_freq > 0 and self.n_calls % self.eval_freq == 0:
             raw, stats, ck = self._snapshot()
             self._snapshots[self.num_timesteps] = (raw, stats)
-            self.evaluator.trigger_eval(weights_dict=ck.weights_dict, step=self.num_timesteps)
-        self._take_in(wait=False)
+            self.rounds.start(ck, self.num_timesteps)
+        for result in self.rounds.finished():
+            self._record(result)
         return self._continue
 
     def _on_training_end(self) -> None:
-        if self.evaluator is None:
-            return
-        try:
-            self._take_in(wait=True)
-        finally:
-            self.evaluator.shutdown()
-            self.evaluator = None
+        self.rounds.close(self._record)
 
     def _snapshot(self) -> tuple[bytes, dict | None, Checkpoint]:
         """The model as ``model.save`` writes it now, its VecNormalize statistics, and simeval's reading of both."""
@@ -170,16 +149,6 @@ class EvalCallback(EventCallback):
         stats = _vecnormalize_stats(self.model.get_vec_normalize_env())
         name = f"the {type(self.model).__name__} model at step {self.num_timesteps}"
         return raw, stats, sb3.read_saved(raw, name, stats)
-
-    def _take_in(self, wait: bool) -> None:
-        """Handle the rounds that finished (with ``wait``: all of them, waiting for those still running)."""
-        while True:
-            result = self.evaluator.poll(0)
-            if result is None and wait and self.evaluator.pending:
-                result = self.evaluator.wait()
-            if result is None:
-                return
-            self._record(result)
 
     def _record(self, result: dict[str, Any]) -> None:
         """One finished round, as SB3's EvalCallback records its evaluation at the trigger step."""

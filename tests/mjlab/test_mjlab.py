@@ -248,3 +248,48 @@ def test_bad_mjlab_input_is_one_line():
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert "Mjlab-Tracking-Flat-Unitree-G1" in line or "none.pt" in line
+
+
+def test_rsl_rl_integration_evaluates_mjlabs_runner_every_iteration_beside_training(tmp_path):
+    import dataclasses
+
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import RslRlVecEnvWrapper
+    from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
+
+    from simeval.integrations.rsl_rl import evaluate_during_training
+
+    cfg = load_env_cfg(TASK_ID)
+    cfg.scene.num_envs = 4
+    agent = load_rl_cfg(TASK_ID)
+    agent.save_interval, agent.logger = 1, "tensorboard"
+    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=cfg, device="cpu"))
+    log_dir = tmp_path / "run"
+    runner = load_runner_cls(TASK_ID)(env, dataclasses.asdict(agent), log_dir=str(log_dir), device="cpu")
+    # the two lines a train script adds
+    evaluation = evaluate_during_training(runner, TASK, every=1, episodes=4, max_steps=20, seed=3)
+    pending_at_update = []
+    update = runner.alg.update
+
+    def recording_update():
+        pending_at_update.append(evaluation.rounds.pending)
+        return update()
+
+    runner.alg.update = recording_update
+    runner.learn(num_learning_iterations=ITERATIONS)
+
+    assert [int(r["eval/step"]) for r in evaluation.results] == list(range(ITERATIONS))
+    assert any(pending_at_update)  # PPO updates ran while a round was outstanding: training was not blocked
+    lines = (log_dir / "simeval" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == ITERATIONS
+    assert evaluation.rounds.evaluator is None  # learn() finished the last rounds and stopped the worker
+    # the numbers are the launcher's on the checkpoint the runner saved at that iteration, same seed
+    out = tmp_path / "out"
+    proc = launch(
+        "--env", TASK, "--checkpoint", str(log_dir / f"model_{ITERATIONS - 1}.pt"), "--episodes", "4",
+        "--num-envs", "4", "--max-steps", "20", "--seed", "3", "--device", "cpu", "--backend", "thread",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = read_results(out)
+    assert rec["episode_returns"] == pytest.approx(evaluation.results[-1]["eval/episode_returns"].tolist(), rel=1e-9)

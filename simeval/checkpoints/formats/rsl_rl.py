@@ -40,9 +40,28 @@ def step_of(path: str, data: Any) -> int:
 
 
 def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
-    """A Checkpoint for rsl_rl's saved dict ``data`` (read from ``path``)."""
-    from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
+    """A Checkpoint for rsl_rl's saved dict ``data`` (read from ``path``), its architecture from the run's params."""
     from simeval.checkpoints.formats.yaml_params import run_params
+
+    return _read(path, raw, data, run_params(path))  # Isaac Lab's params/agent.yaml, when the run has one
+
+
+def read_saved(data: dict, agent: dict | None, name: str) -> Checkpoint:
+    """A Checkpoint for what ``runner.save`` would write (``runner.alg.save()`` plus ``iter``), in memory.
+
+    Args:
+        data: ``{"actor_state_dict": ..., "iter": ...}`` (detached CPU tensors).
+        agent: the runner's train config (``runner.cfg``: what ``params/agent.yaml`` holds), or None.
+        name: what errors and ``Checkpoint.path`` call it.
+    """
+    if agent is not None:
+        agent = {**agent, "__path__": "runner.cfg"}
+    return _read(name, None, data, agent)
+
+
+def _read(path: str, raw: bytes | None, data: Any, agent: dict | None) -> Checkpoint:
+    """The Checkpoint of ``data``, its architecture from ``agent`` (the run's params) where given."""
+    from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
 
     if not recognises(path, raw, data):
         raise CheckpointError(f"{path}: not an rsl_rl checkpoint (no actor_state_dict and iter).")
@@ -55,7 +74,6 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     shapes = [tuple(state[k].shape) for _, k in linear]
     inferred = {"hidden_dims": [s[0] for s in shapes[:-1]], "activation": "elu", "clip_actions": None}
     kwargs, source = inferred, "inferred from the weights (activation: rsl_rl's default, elu)"
-    agent = run_params(path)  # Isaac Lab's params/agent.yaml, when the run has one
     if agent is not None:
         actor = agent.get("actor") or agent.get("policy") or {}
         kwargs = {
@@ -63,7 +81,9 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
             "activation": actor.get("activation", "elu"),
             "clip_actions": agent.get("clip_actions"),
         }
-        source = os.path.relpath(agent["__path__"], os.path.dirname(path))
+        source = agent["__path__"]
+        if os.path.isabs(source):
+            source = os.path.relpath(source, os.path.dirname(path))
         if kwargs["hidden_dims"] != inferred["hidden_dims"]:
             raise CheckpointError(
                 f"{path}: {source} says hidden_dims {kwargs['hidden_dims']}, the weights have "

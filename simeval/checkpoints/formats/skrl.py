@@ -72,7 +72,30 @@ def step_of(path: str, data: Any) -> int:
 
 
 def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
-    """A Checkpoint for skrl's saved agent ``data`` (read from ``path``)."""
+    """A Checkpoint for skrl's saved agent ``data`` (read from ``path``), its architecture from the run's params."""
+    return _read(path, raw, data, _agent_yaml(path), step_of(path, data))
+
+
+def read_saved(data: dict, agent_cfg: dict | None, name: str, step: int) -> Checkpoint:
+    """A Checkpoint for what ``agent.write_checkpoint`` would write (module state_dicts by name), in memory.
+
+    Args:
+        data: ``{"policy": state_dict, "observation_preprocessor": ..., ...}`` (CPU copies).
+        agent_cfg: skrl's runner config (what Isaac Lab writes to ``params/agent.yaml``,
+            with ``models``), or None to infer the architecture from the weights.
+        name: what errors and ``Checkpoint.path`` call it.
+        step: the timestep it is recorded as.
+    """
+    run = (
+        {**agent_cfg, "__path__": "the agent config"}
+        if agent_cfg and isinstance(agent_cfg.get("models"), dict)
+        else None
+    )
+    return _read(name, None, data, run, step)
+
+
+def _read(path: str, raw: bytes | None, data: Any, run: dict | None, step: int) -> Checkpoint:
+    """The Checkpoint of ``data``, its architecture from ``run`` (the run's skrl config) where given."""
     from simeval.checkpoints.base import Checkpoint, CheckpointError, unflatten
     from simeval.checkpoints.formats.skrl_net import layer_indices
 
@@ -80,7 +103,6 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
         return CheckpointError(f"{path}: {problem}")
 
     state = _gaussian_policy(path, raw, data, fail)
-    run = _agent_yaml(path)
     spec = _policy_spec(run, fail) if run is not None else None
     linears, shared = _linears(state, spec is not None, fail)
     obs_dim, act_dim, hidden = _mlp_dims(state, linears, fail)
@@ -99,7 +121,7 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     }
     return Checkpoint(
         path=path,
-        step=step_of(path, data),
+        step=step,
         env=None,  # skrl's checkpoints and Isaac Lab's run layout do not record the task id: --env names it
         policy=unflatten(weights),
         obs_norm=None,  # skrl's preprocessor is folded into the actor
@@ -152,7 +174,10 @@ def _architecture(
         )
         return activations, "ACTIONS", False, source
     activations, output, clip_mean = _from_spec(spec, hidden, present, fail)
-    return activations, output, clip_mean, os.path.relpath(run["__path__"], os.path.dirname(os.path.abspath(path)))
+    source = run["__path__"]
+    if os.path.isabs(source):
+        source = os.path.relpath(source, os.path.dirname(os.path.abspath(path)))
+    return activations, output, clip_mean, source
 
 
 def _actor_weights(
