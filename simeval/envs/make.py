@@ -127,7 +127,7 @@ def _condition(condition: Condition | Mapping[str, Any] | None, name: str, backe
     if not isinstance(condition, Condition):
         condition = Condition.parse(condition)
     if condition.physics and backend in ("isaaclab", "mjlab"):
-        example = "events.add_pole_mass" if backend == "isaaclab" else "events.foot_friction"
+        example = "events.add_pole_mass" if backend == "isaaclab" else "events.foot_friction_slide"
         raise ValueError(
             f"{', '.join(condition.physics)} set the native MuJoCo env's physics; on {name} change "
             f"physics through the task's config: a cfg override of an event term (e.g. {example})."
