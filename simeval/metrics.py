@@ -116,7 +116,9 @@ def end_metrics(
     entry (named ``"/".join(key)`` for ``info_keys``, ``log/<leaf>`` for the
     env's "log" entries) is its NaN-ignoring mean. ``success_rate`` repeats
     the first info key whose last part is in SUCCESS_NAMES, else the log entry
-    ``Metrics/success_rate``, else the first log entry ending in ``success_rate``.
+    ``Metrics/success_rate`` (Isaac Lab), else the first log entry ending in
+    ``success_rate``, else the first ending in ``/episode_success`` (mjlab's
+    manipulation commands latch it per episode).
     For an info key (a per-step flag read at the last step) that is the
     last-step definition, ``success_at_end`` of :func:`success_metrics`.
     """
@@ -130,8 +132,9 @@ def end_metrics(
     for name, values in info.items():
         out[name] = nan_mean(values)
     named = ["/".join(key) for key in info_keys if key[-1] in SUCCESS_NAMES]
-    logs = [name for name in info if name.startswith("log/") and name.endswith("success_rate")]
-    logs.sort(key=lambda name: name != "log/Metrics/success_rate")  # stable: the exact name first
+    logs = [name for name in info if name.startswith("log/") and name.endswith(("success_rate", "/episode_success"))]
+    # stable: the exact name first, then the other success rates, then mjlab's episode_success
+    logs.sort(key=lambda name: (name != "log/Metrics/success_rate", name.endswith("/episode_success")))
     source = next((name for name in (*named, *logs) if name in info), None)
     if source is not None:
         out["success_rate"] = out[source]

@@ -192,6 +192,11 @@ def test_end_metrics_fractions_means_and_success_alias():
     assert out["log/Metrics/success_rate"] == 0.5 and out["log/x"] is None
     logs = end_metrics(None, None, {"log/Task/success_rate": [0.0, 1.0], "log/Metrics/success_rate": [1.0, 1.0]})
     assert logs == {"log/Task/success_rate": 0.5, "log/Metrics/success_rate": 1.0, "success_rate": 1.0}
+    # mjlab's manipulation commands latch success per episode: the success rate where no *success_rate is logged
+    mjlab = {"log/Metrics/lift/episode_success": [1.0, 0.0, 1.0, 1.0], "log/Metrics/lift/at_goal": [0.0] * 4}
+    assert end_metrics(None, None, mjlab)["success_rate"] == 0.75
+    mjlab["log/Task/success_rate"] = [0.0] * 4
+    assert end_metrics(None, None, mjlab)["success_rate"] == 0.0  # a success rate the task names comes first
     assert end_metrics(None, None, {}) == {}
 
 

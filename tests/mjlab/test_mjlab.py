@@ -293,3 +293,36 @@ def test_rsl_rl_integration_evaluates_mjlabs_runner_every_iteration_beside_train
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = read_results(out)
     assert rec["episode_returns"] == pytest.approx(evaluation.results[-1]["eval/episode_returns"].tolist(), rel=1e-9)
+
+
+def _still_arm(env):
+    """A policy that holds every action at zero (the arm stays at its default pose)."""
+    import torch
+    from tensordict.nn import TensorDictModule
+
+    size = env.action_spec.shape[-1]
+    return TensorDictModule(
+        lambda obs: torch.zeros(*obs.shape[:-1], size), in_keys=["observation"], out_keys=["action"]
+    )
+
+
+def test_a_manipulation_tasks_episode_success_is_the_success_rate():
+    import simeval
+    from simeval.envs import make_env
+
+    ev = simeval.Evaluator(
+        functools.partial(
+            make_env, "mjlab:Mjlab-Lift-Cube-Yam", num_envs=2, max_steps=10, device="cpu", obs_norm=False
+        ),
+        policy_factory=_still_arm,
+        num_trajectories=2,
+        device="cpu",
+        seed=0,
+    )
+    try:
+        r = ev.evaluate()
+    finally:
+        ev.shutdown()
+    assert r["eval/num_episodes"] == 2
+    assert r["eval/success_rate"] == r["eval/log/Metrics/lift_height/episode_success"] == 0.0  # it never lifts
+    assert r["eval/log/Episode_Termination/time_out"] == 1.0
