@@ -130,12 +130,25 @@ def check_fits(target: nn.Module, weights: TensorDictBase, model_id: str) -> Non
         for k in got
         if k in have and got[k].shape != have[k].shape
     ]
-    if unexpected or mismatched:
+    kinds = [
+        f"{k}: {got[k].dtype} vs {have[k].dtype}"
+        for k in got
+        if k in have
+        and got[k].dtype != have[k].dtype
+        and not (got[k].is_floating_point() and have[k].is_floating_point())
+    ]
+    if unexpected or mismatched or kinds:
         detail = "; ".join(
             ([f"unexpected keys {unexpected[:5]}"] if unexpected else [])
             + ([f"shape mismatch {mismatched[:3]} (given vs eval)"] if mismatched else [])
+            + ([f"dtype mismatch {kinds[:3]} (given vs eval)"] if kinds else [])
         )
         raise ValueError(f"weights for {model_id!r} do not fit the eval module: {detail}.")
+    broken = [str(k) for k, v in got.items() if v.is_floating_point() and bool(torch.isnan(v).any())]
+    if broken:
+        raise ValueError(
+            f"weights for {model_id!r} hold NaN ({', '.join(broken[:3])}): training diverged, or the file was damaged."
+        )
 
 
 def load_weights(target: nn.Module, weights: TensorDictBase, model_id: str) -> None:

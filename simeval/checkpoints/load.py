@@ -25,15 +25,20 @@ def _refusal(path: str, exc: BaseException, raw: bytes) -> CheckpointError:
     """One line saying why torch refused or failed to load ``path`` (``raw``: its bytes)."""
     if not raw:
         return CheckpointError(f"{path}: empty file (0 bytes): a checkpoint that was never written.")
-    reason = str(exc).strip().split(". ")[0].splitlines()[0][:160] if str(exc).strip() else ""
     if b"PK\x03\x04".startswith(raw[:4]) and _zip_names(raw) is None or isinstance(exc, EOFError):
         # torch's files are zip archives: a cut or damaged one fails in its zip reader, or ends early.
-        return CheckpointError(f"{path}: truncated or corrupt file ({type(exc).__name__}: {reason}).")
+        return CheckpointError(
+            f"{path}: truncated or corrupt file: its archive does not check out (cut short, or changed after it "
+            "was written); copy it again from where training wrote it."
+        )
     if isinstance(exc, pickle.UnpicklingError):
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
         what = f"it references {found.group(1)}" if found else "it holds objects other than tensors and plain data"
         return CheckpointError(f"{path}: refused to load: {what} (only tensors and plain data are allowed).")
-    return CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {reason}).")
+    return CheckpointError(
+        f"{path}: not a readable checkpoint: torch cannot load it as a file torch.save or a training library "
+        "writes (--debug shows torch's error)."
+    )
 
 
 def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Checkpoint:
@@ -71,13 +76,13 @@ def _format_of(path: str, raw: bytes | None, data: Any, err: BaseException | Non
     if isinstance(err, pickle.UnpicklingError) and formats.detect(path, raw, None) is None:
         # A torch file that carries code: refused, whatever --format says. Files of a format read without
         # torch (ONNX: the weights-only unpickler fails on its first byte) go to that format's reader.
-        raise _refusal(path, err, _bytes(path, raw))
+        raise _refusal(path, err, _bytes(path, raw)) from err
     name = format or formats.detect(path, raw, data)
     if name is None:
         raw = _bytes(path, raw)
         names = _zip_names(raw)
         of_another_kind = names is not None and not any(n.endswith("data.pkl") for n in names)  # not a torch zip
-        raise _refusal(path, err, raw) if err is not None and not of_another_kind else _unknown(path)
+        raise (_refusal(path, err, raw) if err is not None and not of_another_kind else _unknown(path)) from err
     return name
 
 
@@ -95,7 +100,7 @@ def _reading(path: str, name: str, call: Callable[[], _T]) -> _T:
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 - one line naming the file, whatever the reader tripped on
-        raise _malformed(path, name, exc) from None
+        raise _malformed(path, name) from exc  # the reader's own error stays on the chain, for --debug
 
 
 def _zip_names(raw: bytes) -> list[str] | None:
@@ -109,10 +114,12 @@ def _zip_names(raw: bytes) -> list[str] | None:
         return None
 
 
-def _malformed(path: str, name: str, exc: BaseException) -> CheckpointError:
-    text = str(exc).strip()
-    reason = text.splitlines()[0][:200] if text else ""
-    return CheckpointError(f"{path}: malformed {name} checkpoint ({type(exc).__name__}: {reason}).")
+def _malformed(path: str, name: str) -> CheckpointError:
+    """What a file gets whose contents a reader tripped on: not what the library writes, in one line."""
+    return CheckpointError(
+        f"{path}: malformed {name} checkpoint: a field is missing, or of the wrong type or shape, for what {name} "
+        "writes; check that the file is whole and is the library's own save (--debug shows where it failed)."
+    )
 
 
 def _check_format(format: str | None) -> None:

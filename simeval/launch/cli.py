@@ -78,7 +78,7 @@ def parse(argv: list[str]) -> Parsed:
     config_path = given.pop("config", None)
     if config_path:
         settings.update(load_yaml(config_path))
-    settings.update(from_mapping(given, "command line"))
+    settings.update(from_mapping(given, "command line", typed=True))
     cfg = resolve(settings)
     if extra and not cfg.init_fn:
         raise ConfigError(

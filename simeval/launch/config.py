@@ -9,6 +9,7 @@ field's default and help text live here only: ``cli.py`` makes the flags from th
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,8 +139,17 @@ class LaunchConfig:
             )
         if self.workers > 1 and self.serve:
             raise ConfigError("--serve runs one named worker: --workers is for --checkpoint and --watch.")
-        if self.num_cpus < 0 or self.num_gpus < 0:
-            raise ConfigError("--num-cpus and --num-gpus must be >= 0.")
+        if not (0 <= self.num_cpus < math.inf and 0 <= self.num_gpus < math.inf):
+            raise ConfigError("--num-cpus and --num-gpus must be numbers >= 0.")
+        for name in ("poll_interval", "start_timeout"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be a number of seconds > 0, got {getattr(self, name)}."
+                )
+        if not isinstance(self.policy_kwargs, dict):
+            raise ConfigError(
+                f"--policy-kwargs must be a JSON object of keyword arguments, got {self.policy_kwargs!r:.60}."
+            )
         for name in ("num_envs", "episodes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
@@ -185,8 +195,8 @@ def _info_keys(value: Any) -> list:
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
 
 
-def from_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """Validate a YAML mapping's keys against LaunchConfig; returns field -> value."""
+def from_mapping(data: dict[str, Any], where: str, typed: bool = False) -> dict[str, Any]:
+    """Validate a mapping's keys (and, unless ``typed`` as argparse's are, its values' kinds); field -> value."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}.")
     out = {}
@@ -194,8 +204,36 @@ def from_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
         name = str(key).replace("-", "_")
         if name not in FIELDS:
             raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(sorted(FIELDS))}.")
+        if not typed:
+            _check_kind(name, value, where)
         out[name] = value
     return out
+
+
+def _kinds(name: str) -> tuple[tuple[type, ...], bool]:
+    """The Python types field ``name`` takes, and whether it may be None."""
+    import typing
+
+    hint = typing.get_type_hints(LaunchConfig)[name]
+    args = typing.get_args(hint) or (hint,)
+    return tuple(a for a in args if a is not type(None)), type(None) in args
+
+
+def _check_kind(name: str, value: Any, where: str) -> None:
+    """A ConfigError naming ``where`` and the setting when ``value`` is not of the kind the field takes."""
+    kinds, optional = _kinds(name)
+    if value is None:
+        if optional or name == "info_keys":
+            return
+    elif bool in kinds or not isinstance(value, bool):
+        if float in kinds and isinstance(value, (int, float)):
+            return
+        if isinstance(value, kinds) or (name == "info_keys" and isinstance(value, str)):
+            return
+    words = {bool: "true or false", int: "a whole number", float: "a number", str: "text", dict: "a mapping",
+             list: "a list"}  # fmt: skip
+    wanted = " or ".join(words[k] for k in kinds) + (" or null" if optional else "")
+    raise ConfigError(f"{where}: {name} must be {wanted}, got {value!r:.60}.")
 
 
 def load_yaml(path: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     from simeval.checkpoints.base import Checkpoint, unflatten
     from simeval.refs import canonical_ref
 
+    _check(path, data)
     return Checkpoint(
         path=path,
         step=step_of(path, data),
@@ -38,3 +39,31 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
         policy_kwargs=dict(data.get("policy_kwargs") or {}),
         meta={"format": NAME},
     )
+
+
+def _check(path: str, data: dict) -> None:
+    """A CheckpointError naming the field of ``data`` that is not what ``save_checkpoint`` writes."""
+    import torch
+
+    from simeval.checkpoints.base import CheckpointError
+
+    def fail(problem: str) -> CheckpointError:
+        return CheckpointError(f"{path}: {problem}; save_checkpoint writes it (is the file whole?).")
+
+    step = data.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise fail(f"step is {step!r:.40}, not a whole number >= 0")
+    for key, optional in (("policy", False), ("obs_norm", True)):
+        weights = data.get(key)
+        if weights is None and optional:
+            continue
+        if not isinstance(weights, dict) or not weights:
+            raise fail(f"{key} is {type(weights).__name__}, not a mapping of weights")
+        for name, value in weights.items():
+            if not isinstance(name, str) or "" in name.split("/") or not isinstance(value, torch.Tensor):
+                raise fail(f"{key} holds {name!r:.40} -> {type(value).__name__}, not a weight's name and tensor")
+    for key in ("env", "policy_factory"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise fail(f"{key} is {data[key]!r:.40}, not text")
+    if data.get("policy_kwargs") is not None and not isinstance(data["policy_kwargs"], dict):
+        raise fail(f"policy_kwargs is {data['policy_kwargs']!r:.40}, not a mapping")

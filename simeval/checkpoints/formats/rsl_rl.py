@@ -12,6 +12,7 @@ says which.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -84,6 +85,7 @@ def _read(path: str, raw: bytes | None, data: Any, agent: dict | None) -> Checkp
         source = agent["__path__"]
         if os.path.isabs(source):
             source = os.path.relpath(source, os.path.dirname(path))
+        _check_params(path, source, kwargs)
         if kwargs["hidden_dims"] != inferred["hidden_dims"]:
             raise CheckpointError(
                 f"{path}: {source} says hidden_dims {kwargs['hidden_dims']}, the weights have "
@@ -108,6 +110,22 @@ def _read(path: str, raw: bytes | None, data: Any, agent: dict | None) -> Checkp
         policy_kwargs=kwargs,
         meta={"format": "rsl_rl", "architecture": source, "obs_dim": shapes[0][1], "action_dim": shapes[-1][0]},
     )
+
+
+def _check_params(path: str, source: str, kwargs: dict) -> None:
+    """A CheckpointError naming ``source`` where a setting read from it is not what rsl_rl takes."""
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.formats.rsl_rl_net import ACTIVATIONS
+
+    dims, activation, clip = kwargs["hidden_dims"], kwargs["activation"], kwargs["clip_actions"]
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise CheckpointError(f"{path}: {source} says hidden_dims {dims!r}: expected a list of layer sizes.")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{path}: {source} says activation {activation!r}: rsl_rl's are {', '.join(ACTIVATIONS)}."
+        )
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < math.inf):
+        raise CheckpointError(f"{path}: {source} says clip_actions {clip!r}: expected null or a positive number.")
 
 
 def _normalised(agent: dict) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 # rsl_rl.utils.resolve_nn_activation's names.
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 ACTIVATIONS = {
     "elu": torch.nn.ELU, "selu": torch.nn.SELU, "relu": torch.nn.ReLU, "crelu": torch.nn.CELU,
     "lrelu": torch.nn.LeakyReLU, "tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid,
@@ -49,7 +50,8 @@ class RslRlActor(torch.nn.Module):
         layers.append(torch.nn.Linear(dims[-1], act_dim))
         self.mlp = torch.nn.Sequential(*layers)
         self.obs_normalizer = EmpiricalNorm(obs_dim) if obs_normalization else torch.nn.Identity()
-        self.clip_actions = clip_actions
+        # A bound past float32's range clips nothing (and clamp could not convert it).
+        self.clip_actions = clip_actions if clip_actions is None or clip_actions < _FLOAT32_MAX else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Actions (..., act_dim), the Gaussian's mean, for observations ``obs`` (..., obs_dim)."""
