@@ -83,6 +83,13 @@ test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
 	RAY_ADDRESS=local $(MJLAB_PY) -m pytest -q --durations=5 tests/mjlab
 
+# The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs
+# per fuzzer; a failing input is printed and the run fails.
+FUZZ_EXAMPLES ?= 2000
+.PHONY: fuzz
+fuzz: $(STAMP)
+	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library.
 lint: $(STAMP)

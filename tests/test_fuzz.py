@@ -216,8 +216,19 @@ def _value(kind: str) -> st.SearchStrategy[str]:
 QUICK = ["--episodes", "1", "--num-envs", "1", "--max-steps", "5", "--start-timeout", "60"]
 
 
+# Memory a launcher run may take (its heap, RLIMIT_DATA): an input that makes it allocate without bound fails.
+LAUNCHER_MEMORY = 4 << 30
+
+
+def _bounded_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (LAUNCHER_MEMORY, LAUNCHER_MEMORY))
+
+
 def run_launcher(args: list[str], out) -> None:
-    """The oracle for the launcher: exit 0, or exit 2 with one error line; never a hang or a partial results line."""
+    """The oracle for the launcher: exit 0, or exit 2 with one error line; never a hang, memory without bound
+    (it runs under a 4 GiB heap limit) or a partial results line."""
     from simeval.checkpoints.shipped import shipped_checkpoint
 
     argv = [sys.executable, "-m", "simeval.launch", "--checkpoint", shipped_checkpoint(), *QUICK, *args]
@@ -225,7 +236,14 @@ def run_launcher(args: list[str], out) -> None:
     env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": "local"}
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=240, env=env, cwd=REPO, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_bounded_memory,
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"the launcher hung on {args!r}")

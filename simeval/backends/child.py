@@ -46,8 +46,28 @@ def serve(conn: Connection) -> None:
         host.close()
 
 
+def exit_with_parent(interval: float = 0.5) -> None:
+    """End this process within ``interval`` seconds of its parent's death (a SIGKILLed launcher or training script).
+
+    A round in progress would otherwise run to its end, on the CPU or GPU, for nobody:
+    the socket says the parent is gone only when the worker next speaks to it.
+    """
+    import os
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            threading.Event().wait(interval)
+        os._exit(1)  # no cleanup to wait for: the OS frees the process's memory, GPU context and files
+
+    threading.Thread(target=watch, name="simeval-exit-with-parent", daemon=True).start()
+
+
 def main() -> None:
     """Serve the parent on the socket whose file descriptor is ``sys.argv[1]``."""
+    exit_with_parent()
     conn = Connection(int(sys.argv[1]))
     try:
         serve(conn)

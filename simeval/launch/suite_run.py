@@ -42,6 +42,7 @@ _TICK_S = 0.2
 class _Job:
     ck: Any
     cell: Cell
+    attempt: int = 0  # how many times this evaluation was started, in this launch and before
 
 
 @dataclass
@@ -162,9 +163,10 @@ class SuiteRun:
             slot.cell, slot.env_backend = job.cell, backend
         weights = dict(job.ck.weights_dict) if plan.obs_norm else {"policy": job.ck.policy}
         slot.plan = plan
+        name = checkpoint_name(job.ck.path, self.cfg.watch)
+        job.attempt = self.log.attempt([name, *job.cell.key])
         slot.evaluator.trigger_eval(weights_dict=weights, step=job.ck.step)
         slot.job, slot.started = job, time.monotonic()
-        name = checkpoint_name(job.ck.path, self.cfg.watch)
         print(f"evaluating {name} (step {job.ck.step}) on {job.cell.task.env} / {job.cell.condition_name} ...")
 
     def _cell_config(self, cell: Cell) -> Any:
@@ -202,6 +204,7 @@ class SuiteRun:
             checkpoint_sha256=ck.sha256,
             checkpoint_format=ck.meta.get("format", "simeval"),
             wall_time=round(seconds, 3),
+            attempts=job.attempt,
             **record_context(self.cfg, slot.plan, slot.env_backend),
             **job.cell.context(self.suite.name),
         )

@@ -30,6 +30,7 @@ _TICK_S = 0.2
 class _Running:
     ck: Any
     started: float
+    attempt: int = 1  # how many times this checkpoint's evaluation was started, in this launch and before
 
 
 class Sweep:
@@ -72,7 +73,7 @@ class Sweep:
     def _dispatch(self, source: CheckpointSource) -> bool:
         """Start checkpoints on idle evaluators; True once one at or past --until-step was started."""
         from simeval.launch.config import ConfigError
-        from simeval.launch.sources import Unreadable
+        from simeval.launch.sources import Unreadable, checkpoint_name
 
         while self.idle:
             ck = source.take()
@@ -83,6 +84,7 @@ class Sweep:
                 continue
             index = self.idle[0]
             try:
+                attempt = self.log.attempt([checkpoint_name(ck.path, self.cfg.watch)])
                 self.session.start(ck, index)
             except ConfigError:
                 raise  # the run's settings: no checkpoint could be evaluated
@@ -90,7 +92,7 @@ class Sweep:
                 self._failed(ck, exc)
                 continue
             self.idle.pop(0)
-            self.running[index] = _Running(ck, time.monotonic())
+            self.running[index] = _Running(ck, time.monotonic(), attempt)
             on = f" on worker {index}" if self.session.slots > 1 else ""
             print(f"evaluating {ck.path} (step {ck.step}){on} ...", flush=True)
             if reached(self.cfg.until_step, [ck.step]):
@@ -117,6 +119,7 @@ class Sweep:
                 self._failed(run.ck, result)
                 continue
             record = self.session.record_of(run.ck, result, time.monotonic() - run.started)
+            record["attempts"] = run.attempt
             self.log.append(record, publish=False)
             self.held.append(record)
             print(summary(result, run.ck), flush=True)
