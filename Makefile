@@ -90,6 +90,13 @@ FUZZ_EXAMPLES ?= 2000
 fuzz: $(STAMP)
 	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
+# Resources over many rounds (benchmarks/soak.py; make test runs a short slice): each backend, then a --watch --suite
+# launcher; prints a table and fails if open files, threads, children, shared memory or RSS grew.
+SOAK_ROUNDS ?= 500
+.PHONY: soak
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py --rounds $(SOAK_ROUNDS) --watch-suite 40
+
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library.
 lint: $(STAMP)
