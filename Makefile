@@ -81,7 +81,7 @@ test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 
 # mjlab's tests train with mjlab's own trainer for a few iterations on MuJoCo Warp's CPU device.
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
-	RAY_ADDRESS=local $(MJLAB_PY) -m pytest -q --durations=5 tests/mjlab
+	RAY_ADDRESS=local $(MJLAB_PY) -m pytest -q --durations=5 tests/mj_lab
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs
 # per fuzzer; a failing input is printed and the run fails.

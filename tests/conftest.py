@@ -16,9 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 # The real-Isaac-Lab tests run in the Python 3.12 venv (make test-isaaclab), the mjlab tests in mjlab's own
 # venv (make test-mjlab); the core suite has neither.
-collect_ignore = [
-    name for name, module in (("isaac_lab", "isaaclab"), ("mjlab", "mjlab")) if importlib.util.find_spec(module) is None
-]
+SIMULATOR_TESTS = (("isaac_lab", "isaaclab"), ("mj_lab", "mjlab"))  # (folder, the package its tests need)
+collect_ignore = [name for name, module in SIMULATOR_TESTS if importlib.util.find_spec(module) is None]
 
 
 @pytest.hookimpl(hookwrapper=True)

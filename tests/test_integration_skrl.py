@@ -18,59 +18,14 @@ import sys
 import gymnasium as gym
 import pytest
 import yaml
+from test_format_skrl import ENV, INTERVAL, ISAACLAB_CFG, TIMESTEPS
 
 from simeval.integrations.skrl import evaluate_during_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = "Pendulum-v1"
-TIMESTEPS, EVERY = 400, 200
-CFG = f"""
-seed: 0
-models:
-  separate: False
-  policy:
-    class: GaussianMixin
-    clip_actions: False
-    initial_log_std: 0.0
-    network:
-      - name: net
-        input: OBSERVATIONS
-        layers: [32, 32]
-        activations: elu
-    output: ACTIONS
-  value:
-    class: DeterministicMixin
-    clip_actions: False
-    network:
-      - name: net
-        input: OBSERVATIONS
-        layers: [32, 32]
-        activations: elu
-    output: ONE
-memory:
-  class: RandomMemory
-  memory_size: -1
-agent:
-  class: PPO
-  rollouts: 32
-  learning_epochs: 2
-  mini_batches: 2
-  learning_rate: 1.0e-03
-  observation_preprocessor: RunningStandardScaler
-  observation_preprocessor_kwargs: null
-  value_preprocessor: RunningStandardScaler
-  value_preprocessor_kwargs: null
-  experiment:
-    directory: ""
-    experiment_name: ""
-    write_interval: {EVERY}
-    checkpoint_interval: {EVERY}
-trainer:
-  class: SequentialTrainer
-  timesteps: {TIMESTEPS}
-  disable_progressbar: True
-  close_environment_at_exit: False
-"""
+EVERY = INTERVAL
+# Isaac Lab's skrl PPO config for its cartpole (shared model, ELU), shortened: a checkpoint every EVERY timesteps.
+CFG = ISAACLAB_CFG
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -98,14 +98,10 @@ def make_env(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
-    if name.startswith("isaaclab:"):
-        condition = _condition(condition, name, "isaaclab")
+    if name.startswith(("isaaclab:", "mjlab:")):
+        condition = _condition(condition, name, name.split(":", 1)[0])
         overrides = {**condition.cfg, **(cfg_overrides or {})}
-        return _isaaclab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
-    if name.startswith("mjlab:"):
-        condition = _condition(condition, name, "mjlab")
-        overrides = {**condition.cfg, **(cfg_overrides or {})}
-        return _mjlab_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
+        return _manager_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
     if cfg_overrides:
         raise ValueError(f"cfg overrides apply to Isaac Lab and mjlab tasks only, not {name}.")
     backend = env_backend(name, backend)
@@ -153,33 +149,7 @@ def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
     return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
 
 
-def _isaaclab_env(
-    name: str,
-    num_envs: int,
-    device: str | None,
-    seed: int | None,
-    max_steps: int | None,
-    obs_norm: bool,
-    cfg_overrides: Mapping[str, Any] | None = None,
-    condition: Condition | None = None,
-) -> TransformedEnv:
-    """The Isaac Lab task ``isaaclab:<task>`` under ``cfg_overrides`` and ``condition`` (``isaaclab.make_env``)."""
-    from simeval.envs import isaaclab
-
-    task = name.split(":", 1)[1]
-    return isaaclab.make_env(
-        task,
-        num_envs=num_envs,
-        device=device,
-        seed=seed,
-        max_steps=max_steps,
-        obs_norm=obs_norm,
-        cfg_overrides=cfg_overrides,
-        condition=condition,
-    )
-
-
-def _mjlab_env(
+def _manager_env(
     name: str,
     num_envs: int,
     device: str | None,
@@ -189,11 +159,16 @@ def _mjlab_env(
     cfg_overrides: Mapping[str, Any],
     condition: Condition,
 ) -> TransformedEnv:
-    """The mjlab task ``mjlab:<task>`` under ``cfg_overrides`` and ``condition`` (``mjlab.make_env``)."""
-    from simeval.envs import mjlab
+    """The task ``isaaclab:<task>`` or ``mjlab:<task>`` under ``cfg_overrides`` and ``condition``.
 
-    return mjlab.make_env(
-        name.split(":", 1)[1],
+    Built by that simulator's module (:func:`simeval.envs.isaaclab.make_env`, :func:`simeval.envs.mjlab.make_env`).
+    """
+    import importlib
+
+    prefix, task = name.split(":", 1)
+    module = importlib.import_module(f"simeval.envs.{prefix}")
+    return module.make_env(
+        task,
         num_envs=num_envs,
         device=device,
         seed=seed,

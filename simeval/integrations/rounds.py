@@ -73,24 +73,27 @@ class Rounds:
             self.evaluator = None
 
 
-def round_env(env: str, num_envs: int, max_steps: int | None, device: str | None) -> Callable[..., Any]:
-    """A picklable ``make_env`` call for the rounds (no VecNorm: the training libraries fold theirs into the actor)."""
-    from simeval.envs import make_env
-
-    return functools.partial(make_env, env, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=False)
-
-
-def round_settings(
+def training_rounds(
     env: str,
+    *,
     episodes: int,
+    num_envs: int | None,
+    max_steps: int | None,
     seed: int,
     device: str,
     backend: str,
     results_path: str | None,
     evaluator_kwargs: dict[str, Any],
-) -> dict[str, Any]:
-    """The Evaluator arguments of an integration's rounds, ``evaluator_kwargs`` last (they win)."""
-    return {
+) -> Rounds:
+    """The Rounds of an integration: ``make_env(env)`` without VecNorm (the training libraries fold theirs into
+    the actor), one episode per sub-env by default, per-episode lists kept, results appended to ``results_path``;
+    ``evaluator_kwargs`` last (they win)."""
+    from simeval.envs import make_env
+
+    env_maker = functools.partial(
+        make_env, env, num_envs=num_envs or episodes, max_steps=max_steps, device=device, obs_norm=False
+    )
+    settings = {
         "num_trajectories": episodes,
         "seed": seed,
         "device": device,
@@ -101,6 +104,7 @@ def round_settings(
         "results_context": {"env": env},
         **evaluator_kwargs,
     }
+    return Rounds(env_maker, settings)
 
 
 def write_scalars(add_scalar: Callable[[str, float, int], Any] | None, result: dict[str, Any]) -> None:

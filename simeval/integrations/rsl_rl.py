@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from simeval.integrations.rounds import Rounds, round_env, round_settings, write_scalars
+from simeval.integrations.rounds import Rounds, training_rounds, write_scalars
 
 
 class RslRlEvaluation:
@@ -114,5 +114,8 @@ def evaluate_during_training(
         raise ValueError(f"evaluate_during_training(every={every!r}): a whole number of iterations >= 1.")
     log_dir = runner.logger.log_dir
     results_path = os.path.join(log_dir, "simeval", "results.jsonl") if log_dir else None
-    settings = round_settings(env, episodes, seed, device, backend, results_path, evaluator_kwargs)
-    return RslRlEvaluation(runner, Rounds(round_env(env, num_envs or episodes, max_steps, device), settings), every)
+    rounds = training_rounds(
+        env, episodes=episodes, num_envs=num_envs, max_steps=max_steps, seed=seed, device=device, backend=backend,
+        results_path=results_path, evaluator_kwargs=evaluator_kwargs,
+    )  # fmt: skip
+    return RslRlEvaluation(runner, rounds, every)

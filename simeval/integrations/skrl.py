@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from simeval.integrations.rounds import Rounds, round_env, round_settings, write_scalars
+from simeval.integrations.rounds import Rounds, training_rounds, write_scalars
 
 
 class SkrlEvaluation:
@@ -113,6 +113,8 @@ def evaluate_during_training(
         agent = agent.agent
     directory = getattr(agent, "experiment_dir", None)
     results_path = os.path.join(directory, "simeval", "results.jsonl") if directory else None
-    settings = round_settings(env, episodes, seed, device, backend, results_path, evaluator_kwargs)
-    rounds = Rounds(round_env(env, num_envs or episodes, max_steps, device), settings)
+    rounds = training_rounds(
+        env, episodes=episodes, num_envs=num_envs, max_steps=max_steps, seed=seed, device=device, backend=backend,
+        results_path=results_path, evaluator_kwargs=evaluator_kwargs,
+    )  # fmt: skip
     return SkrlEvaluation(agent, agent_cfg, rounds, every)
