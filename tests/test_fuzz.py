@@ -226,12 +226,20 @@ def _bounded_memory() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (LAUNCHER_MEMORY, LAUNCHER_MEMORY))
 
 
-def run_launcher(args: list[str], out) -> None:
+def run_launcher(args: list[str], out, quick: bool = True) -> None:
     """The oracle for the launcher: exit 0, or exit 2 with one error line; never a hang, memory without bound
     (it runs under a 4 GiB heap limit) or a partial results line."""
     from simeval.checkpoints.shipped import shipped_checkpoint
 
-    argv = [sys.executable, "-m", "simeval.launch", "--checkpoint", shipped_checkpoint(), *QUICK, *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "simeval.launch",
+        "--checkpoint",
+        shipped_checkpoint(),
+        *(QUICK if quick else []),
+        *args,
+    ]
     argv += ["--out", str(out)]
     env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": "local"}
     try:
@@ -317,7 +325,7 @@ def test_suite_files_answer_in_one_line(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("suite")
     path = tmp / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
-    run_launcher(["--suite", str(path)], tmp / "out")
+    run_launcher(["--suite", str(path)], tmp / "out", quick=False)  # a suite sets episodes and caps per task
 
 
 # -- what the fuzzers found, kept as plain tests ------------------------------------------------------
