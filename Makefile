@@ -83,12 +83,25 @@ test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
 	RAY_ADDRESS=local $(MJLAB_PY) -m pytest -q --durations=5 tests/mj_lab
 
-# The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs
-# per fuzzer; a failing input is printed and the run fails.
+# The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
+# file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.
 FUZZ_EXAMPLES ?= 2000
+FUZZ_LAUNCHER_EXAMPLES ?= 200
 .PHONY: fuzz
 fuzz: $(STAMP)
-	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SIMEVAL_FUZZ_LAUNCHER_EXAMPLES=$(FUZZ_LAUNCHER_EXAMPLES) \
+		$(PY) -m pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz.py
+
+# Faults on seeded schedules, one run per seed of FAULT_SEEDS (make test runs one seed): the launcher of a suite
+# SIGKILLed with torn lines (tests/test_faults.py), and eval workers, a raylet and the launcher killed on a
+# two-node Ray cluster (tests/test_ray_chaos.py). Each run prints what it injected.
+FAULT_SEEDS ?= 1 2 3 4 5 6 7 8 9 10
+.PHONY: faults
+faults: $(STAMP)
+	for seed in $(FAULT_SEEDS); do \
+		SIMEVAL_FAULT_SEED=$$seed SIMEVAL_CHAOS_SEED=$$seed $(PY) -m pytest -q -s -p no:cacheprovider \
+			tests/test_faults.py tests/test_ray_chaos.py || exit 1; \
+	done
 
 # Resources over many rounds (benchmarks/soak.py; make test runs a short slice): each backend, then a --watch --suite
 # launcher; prints a table and fails if open files, threads, children, shared memory or RSS grew.

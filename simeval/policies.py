@@ -91,14 +91,15 @@ def build_policy(factory: str, kwargs: dict, env: EnvBase) -> Any:
     """The policy ``factory`` (a ``"module:function"`` reference, old module names included) builds for ``env``.
 
     Raises:
-        ValueError: one line, where ``kwargs`` name arguments the factory does not take, lack ones it needs,
-            or hold values it cannot build from (a checkpoint's ``policy_kwargs`` of the wrong kind).
+        ValueError: one line, where ``factory`` cannot be imported, ``kwargs`` name arguments the factory does
+            not take, lack ones it needs, or hold values it cannot build from (a checkpoint's ``policy_kwargs``
+            of the wrong kind).
     """
     import inspect
 
     from simeval.refs import resolve_callable
 
-    make = resolve_callable(factory, "--policy")
+    make = resolve_callable(factory, "policy factory")
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise ValueError(f"policy_kwargs for {factory} must be a mapping of argument names, got {kwargs!r:.80}.")
     try:
@@ -114,7 +115,7 @@ def build_policy(factory: str, kwargs: dict, env: EnvBase) -> Any:
         pass
     try:
         return make(env, **kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch's, e.g. a negative layer size
         if isinstance(exc, ValueError) and _ours(exc):  # a check of simeval's, worded for the user
             raise
         raise ValueError(

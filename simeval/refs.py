@@ -31,13 +31,25 @@ def canonical_ref(ref: str) -> str:
 
 
 def resolve_callable(ref: str | Callable, what: str) -> Callable:
-    """Turn ``"package.module:function"`` into the function it names."""
+    """Turn ``"package.module:function"`` into the function it names (a callable is returned as it is).
+
+    Raises:
+        ValueError: one line naming ``what`` and ``ref``, where it is not such a string, its module cannot be
+            imported, or the module has no such callable.
+    """
     if callable(ref):
         return ref
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise ValueError(f"{what} must be a callable or a 'module:function' string, got {ref!r}.")
     module_name, attr = canonical_ref(ref).split(":")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(
+            f"{what} {ref!r}: cannot import {module_name!r} ({exc}); install it, or fix the reference."
+        ) from exc
+    except ValueError:  # an empty or relative module name
+        raise ValueError(f"{what} {ref!r}: {module_name!r} is not a module name.") from None
     try:
         fn = getattr(module, attr)
     except AttributeError:

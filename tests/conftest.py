@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 
 # Ray must bind to 127.0.0.1 and send nothing out; set before Ray is imported.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -89,3 +93,31 @@ def backend(request):
     if request.param == "ray":
         request.getfixturevalue("ray_cluster")
     return request.param
+
+
+@pytest.fixture
+def two_nodes():
+    """A real two-node Ray cluster (tests/ray_two_nodes.py) in a process of its own (a driver joins one cluster
+    only); yields its address, node ids, the second raylet's pid and the pid of the process that owns it all."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(__file__), "ray_two_nodes.py")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            line = proc.stdout.readline()
+            if not line:
+                proc.wait(30)
+                err.seek(0)
+                pytest.fail("the two-node Ray cluster did not start: " + err.read()[-3000:])
+            yield {**json.loads(line), "pid": proc.pid}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)

@@ -8,8 +8,10 @@ writes them; simeval's shipped checkpoint; an ONNX export of it), all for
 HalfCheetah-v5 (17 observations, 6 actions), so that a damaged file that still
 loads is also built into a policy and run.
 
-``SIMEVAL_FUZZ_EXAMPLES`` sets how many inputs each fuzzer tries (``make fuzz``:
-thousands, random; ``make test``: the seeded slice).
+``SIMEVAL_FUZZ_EXAMPLES`` sets how many inputs each file fuzzer tries and
+``SIMEVAL_FUZZ_LAUNCHER_EXAMPLES`` each launcher fuzzer (a process per input;
+a tenth of the former unless set): ``make fuzz`` runs thousands, random; ``make
+test`` the seeded slice.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from hypothesis import strategies as st
 
 OBS, ACT = 17, 6
 EXAMPLES = int(os.environ.get("SIMEVAL_FUZZ_EXAMPLES", "0"))
-LONG = EXAMPLES > 0
+LAUNCHER_EXAMPLES = int(os.environ.get("SIMEVAL_FUZZ_LAUNCHER_EXAMPLES", str(EXAMPLES // 10)))
+LONG = EXAMPLES > 0 or LAUNCHER_EXAMPLES > 0
 
 
-def fuzz_settings(default: int) -> settings:
-    """The seeded slice (``default`` examples, the same every run) or, with SIMEVAL_FUZZ_EXAMPLES, a random long run."""
+def fuzz_settings(default: int, launcher: bool = False) -> settings:
+    """The seeded slice (``default`` examples, the same every run) or, with SIMEVAL_FUZZ_EXAMPLES (or
+    SIMEVAL_FUZZ_LAUNCHER_EXAMPLES for a ``launcher`` fuzzer), a random long run."""
     return settings(
-        max_examples=EXAMPLES or default,
+        max_examples=(LAUNCHER_EXAMPLES if launcher else EXAMPLES) or default,
         derandomize=not LONG,
         deadline=None,
         suppress_health_check=list(HealthCheck),

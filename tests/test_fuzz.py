@@ -10,6 +10,7 @@ random, and prints any failing input.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -270,7 +271,7 @@ def run_launcher(args: list[str], out, quick: bool = True) -> None:
             json.loads(line)
 
 
-@fuzz_settings(12)
+@fuzz_settings(12, launcher=True)
 @given(flags=st.lists(st.sampled_from(sorted(FLAGS)), min_size=1, max_size=3, unique=True), data=st.data())
 def test_launcher_flags_answer_in_one_line(tmp_path_factory, flags, data):
     args = []
@@ -279,7 +280,7 @@ def test_launcher_flags_answer_in_one_line(tmp_path_factory, flags, data):
     run_launcher(args, tmp_path_factory.mktemp("flags") / "out")
 
 
-@fuzz_settings(12)
+@fuzz_settings(12, launcher=True)
 @given(doc=st.one_of(
     st.dictionaries(st.sampled_from(sorted(FLAGS) + [k.replace("-", "_") for k in FLAGS] + ["nonsense"]),
                     odd_values(), max_size=3),
@@ -305,7 +306,7 @@ SETTINGS = ["observation_noise", "action_noise", "action_delay", "action_scale",
             "gravity", "cfg", "nonsense"]  # fmt: skip
 
 
-@fuzz_settings(12)
+@fuzz_settings(12, launcher=True)
 @given(data=st.data())
 def test_suite_files_answer_in_one_line(tmp_path_factory, data):
     import copy
@@ -377,3 +378,46 @@ def test_rsl_rls_params_of_the_wrong_kind_are_named(tmp_path):
     path = _write(tmp_path, files)
     with pytest.raises(CheckpointError, match=r"params/agent.yaml says activation \['elu'\]: rsl_rl's are elu, "):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    ("policy", "error"),
+    [
+        (None, "policy is missing"),
+        ({}, "policy holds no weights"),
+        ([1], "policy is a list, not a mapping of weights"),
+        ({"net/0.weight": None}, "policy holds 'net/0.weight' -> nothing, not a weight's name and tensor"),
+    ],
+)
+def test_a_simeval_checkpoint_without_its_weights_says_what_is_missing(tmp_path, policy, error):
+    files = dict(seeds()["simeval"])
+    data = torch.load(io.BytesIO(files[main_file(files)]), weights_only=True)
+    data["policy"] = policy
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    path = _write(tmp_path, files, {main_file(files): buffer.getvalue()})
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(path)
+    assert error in str(caught.value) and not internal(str(caught.value))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("policy_factory", "rimeval.policies:gaussian_actor", "policy factory 'rimeval.policies:gaussian_actor': "
+         "cannot import 'rimeval.policies' (No module named 'rimeval')"),
+        ("policy_kwargs", {"hidden": [-1]}, "cannot build a policy from policy_kwargs {'hidden': [-1]}"),
+    ],
+)  # fmt: skip
+def test_a_simeval_checkpoint_naming_a_factory_it_cannot_build_answers_in_one_line(tmp_path, field, value, error):
+    from simeval.policies import build_policy
+
+    files = dict(seeds()["simeval"])
+    data = torch.load(io.BytesIO(files[main_file(files)]), weights_only=True)
+    data[field] = value
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    ck = load_checkpoint(_write(tmp_path, files, {main_file(files): buffer.getvalue()}))
+    with pytest.raises(ValueError) as caught:
+        build_policy(ck.policy_factory, ck.policy_kwargs, env())
+    assert error in str(caught.value) and "\n" not in str(caught.value), caught.value

@@ -5,37 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 
-import pytest
-from launch_helpers import REPO, popen_cli, write_checkpoints
-
-
-@pytest.fixture
-def two_nodes():
-    """tests/ray_two_nodes.py in a process of its own (a driver can join one cluster only)."""
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "tests", "ray_two_nodes.py")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        if not line:
-            pytest.fail("the two-node Ray cluster did not start: " + proc.stderr.read()[-3000:])
-        yield json.loads(line)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+from launch_helpers import popen_cli, write_checkpoints
 
 
 def _records(out) -> list[dict]:

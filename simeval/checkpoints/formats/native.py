@@ -57,13 +57,22 @@ def _check(path: str, data: dict) -> None:
         weights = data.get(key)
         if weights is None and optional:
             continue
-        if not isinstance(weights, dict) or not weights:
-            raise fail(f"{key} is {type(weights).__name__}, not a mapping of weights")
+        if weights is None:
+            raise fail(f"{key} is missing")
+        if not isinstance(weights, dict):
+            raise fail(f"{key} is {_kind(weights)}, not a mapping of weights")
+        if not weights:
+            raise fail(f"{key} holds no weights")
         for name, value in weights.items():
             if not isinstance(name, str) or "" in name.split("/") or not isinstance(value, torch.Tensor):
-                raise fail(f"{key} holds {name!r:.40} -> {type(value).__name__}, not a weight's name and tensor")
+                raise fail(f"{key} holds {name!r:.40} -> {_kind(value)}, not a weight's name and tensor")
     for key in ("env", "policy_factory"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise fail(f"{key} is {data[key]!r:.40}, not text")
     if data.get("policy_kwargs") is not None and not isinstance(data["policy_kwargs"], dict):
         raise fail(f"policy_kwargs is {data['policy_kwargs']!r:.40}, not a mapping")
+
+
+def _kind(value: object) -> str:
+    """What ``value`` is, in words: "nothing" for None, else its type's name."""
+    return "nothing" if value is None else f"a {type(value).__name__}"
