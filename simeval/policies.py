@@ -115,13 +115,16 @@ def build_policy(factory: str, kwargs: dict, env: EnvBase) -> Any:
         pass
     try:
         return make(env, **kwargs)
-    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: torch's, e.g. a negative layer size
+    except (TypeError, ValueError) as exc:
         if isinstance(exc, ValueError) and _ours(exc):  # a check of simeval's, worded for the user
             raise
         raise ValueError(
             f"{factory} cannot build a policy from policy_kwargs {kwargs!r:.120}: a value of the wrong kind "
             "(check the checkpoint's policy_kwargs or --policy-kwargs)."
         ) from exc
+    except RuntimeError as exc:  # the factory's own words, or torch's (a negative layer size): kept, on one line
+        said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "RuntimeError"
+        raise ValueError(f"{factory} cannot build a policy from policy_kwargs {kwargs!r:.120}: {said}") from exc
 
 
 def _ours(exc: BaseException) -> bool:
