@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,3 +66,38 @@ def popen_cli(*args: str, env: dict | None = None, cwd: str | None = None) -> su
 
 def raising_policy(env, **kwargs):
     raise RuntimeError("policy factory broke on purpose")
+
+
+# The fault tests' suite: three cells of HalfCheetah-v5, a few seconds each.
+FAULT_SUITE = """\
+name: {name}
+seed: 0
+episodes: 4
+num_envs: 2
+max_steps: 300
+tasks:
+  - env: HalfCheetah-v5
+    conditions:
+      nominal: {{}}
+      obs-noise: {{observation_noise: 0.1}}
+      action-noise: {{action_noise: 0.2}}
+"""
+FAULT_CELLS = 3
+
+
+def launch_suite(suite, ckpt, out, *flags: str, env: dict | None = None) -> subprocess.Popen:
+    """``--suite SUITE --watch CKPT`` in a session of its own (a test can SIGKILL it with its workers)."""
+    cmd = [sys.executable, "-m", "simeval.launch", "--suite", str(suite), "--watch", str(ckpt), "--out", str(out),
+           "--poll-interval", "0.2", *flags]  # fmt: skip
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env), cwd=REPO, start_new_session=True
+    )
+
+
+def read_records(out) -> list[dict]:
+    """The records of ``out``/results.jsonl (none before it exists)."""
+    path = os.path.join(out, "results.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

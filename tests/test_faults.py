@@ -17,40 +17,21 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 
 import pytest
-from launch_helpers import REPO, TESTS, write_checkpoints
+from launch_helpers import FAULT_CELLS, FAULT_SUITE, launch_suite, read_records, write_checkpoints
 
 SEED = int(os.environ.get("SIMEVAL_FAULT_SEED", "7"))
 KILLS = int(os.environ.get("SIMEVAL_FAULT_KILLS", "4"))
-SUITE = """\
-name: faults
-seed: 0
-episodes: 4
-num_envs: 2
-max_steps: 300
-tasks:
-  - env: HalfCheetah-v5
-    conditions:
-      nominal: {}
-      obs-noise: {observation_noise: 0.1}
-      action-noise: {action_noise: 0.2}
-"""
-CELLS = 3
+SUITE = FAULT_SUITE.format(name="faults")
 
 pytestmark = pytest.mark.timeout(900)
 
 
 def _launch(suite, ckpt, out) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "simeval.launch", "--suite", str(suite), "--watch", str(ckpt), "--out", str(out),
-           "--backend", "process", "--poll-interval", "0.2"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS])}
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, start_new_session=True
-    )
+    return launch_suite(suite, ckpt, out, "--backend", "process")
 
 
 def _session_alive(pgid: int) -> list[int]:
@@ -69,11 +50,6 @@ def _session_alive(pgid: int) -> list[int]:
     return alive
 
 
-def _records(out) -> list[dict]:
-    path = out / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
@@ -85,7 +61,7 @@ def setup(tmp_path_factory):
     reference = tmp / "reference"
     proc = _launch(suite, ckpt, reference)
     assert proc.wait(600) == 0, proc.stderr.read()[-3000:]
-    return suite, ckpt, {(r["checkpoint_name"], r["condition"]): r for r in _records(reference)}
+    return suite, ckpt, {(r["checkpoint_name"], r["condition"]): r for r in read_records(reference)}
 
 
 def test_a_suite_killed_at_seeded_points_ends_with_every_cell_once_and_nothing_lost(setup, tmp_path):
@@ -116,9 +92,9 @@ def test_a_suite_killed_at_seeded_points_ends_with_every_cell_once_and_nothing_l
     assert final.wait(600) == 0, final.stderr.read()[-3000:]
     reported += final.stdout.read().count("dropped a partial last line")
 
-    records = _records(out)
+    records = read_records(out)
     keys = Counter((r["checkpoint_name"], r["task"], r["condition"]) for r in records)
-    assert len(keys) == 2 * CELLS and set(keys.values()) == {1}, keys  # every checkpoint x cell, exactly once
+    assert len(keys) == 2 * FAULT_CELLS and set(keys.values()) == {1}, keys  # every checkpoint x cell, exactly once
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     for r in records:  # the same numbers as the uninterrupted run: nothing measured twice differently
         assert r["episode_returns"] == reference[(r["checkpoint_name"], r["condition"])]["episode_returns"]

@@ -19,49 +19,23 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 
 import pytest
-from launch_helpers import REPO, TESTS, write_checkpoints
+from launch_helpers import FAULT_CELLS, FAULT_SUITE, launch_suite, read_records, write_checkpoints
 
 SEED = int(os.environ.get("SIMEVAL_CHAOS_SEED", "11"))
 WORKER_KILLS = int(os.environ.get("SIMEVAL_CHAOS_KILLS", "3"))
 LAUNCHER_KILLS = 1
 STEPS = (1000, 2000, 3000)
-SUITE = """\
-name: chaos
-seed: 0
-episodes: 4
-num_envs: 2
-max_steps: 300
-tasks:
-  - env: HalfCheetah-v5
-    conditions:
-      nominal: {}
-      obs-noise: {observation_noise: 0.1}
-      action-noise: {action_noise: 0.2}
-"""
-CELLS = 3
+SUITE = FAULT_SUITE.format(name="chaos")
 
 pytestmark = pytest.mark.timeout(1200)
 
 
 def _launch(suite, ckpt, out, *flags: str, address: str | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "simeval.launch", "--suite", str(suite), "--watch", str(ckpt), "--out", str(out),
-           "--poll-interval", "0.2", *flags]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, TESTS])}
-    if address:
-        env["RAY_ADDRESS"] = address
-    return subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, start_new_session=True
-    )
-
-
-def _records(out) -> list[dict]:
-    path = out / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return launch_suite(suite, ckpt, out, *flags, env={"RAY_ADDRESS": address} if address else None)
 
 
 def _descendants(root: int) -> list[tuple[int, str]]:
@@ -93,7 +67,7 @@ def _eval_workers(cluster_pid: int) -> list[int]:
 def _schedule(rng: random.Random) -> list[tuple[int, float, str]]:
     """(results seen, then seconds, fault): when each fault fires, all in the first half of the run (so the run
     cannot finish before one fires) and the rest of it then shows the recovery."""
-    half = len(STEPS) * CELLS // 2
+    half = len(STEPS) * FAULT_CELLS // 2
     faults = ["worker"] * WORKER_KILLS + ["raylet"] + ["launcher"] * LAUNCHER_KILLS
     return sorted((rng.randrange(0, half + 1), rng.uniform(0.0, 4.0), fault) for fault in faults)
 
@@ -109,7 +83,7 @@ def reference(tmp_path_factory):
     suite.write_text(SUITE)
     proc = _launch(suite, ckpt, tmp / "reference", "--backend", "process")
     assert proc.wait(600) == 0, proc.stderr.read()[-3000:]
-    return suite, ckpt, {(r["checkpoint_name"], r["condition"]): r for r in _records(tmp / "reference")}
+    return suite, ckpt, {(r["checkpoint_name"], r["condition"]): r for r in read_records(tmp / "reference")}
 
 
 def test_a_suite_on_two_nodes_losing_workers_a_raylet_and_its_launcher_ends_with_every_cell_once(
@@ -126,7 +100,7 @@ def test_a_suite_on_two_nodes_losing_workers_a_raylet_and_its_launcher_ends_with
     try:
         for after, delay, fault in schedule:
             deadline = time.monotonic() + 300
-            while len(_records(out)) < after and proc.poll() is None and time.monotonic() < deadline:
+            while len(read_records(out)) < after and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(delay)
             if proc.poll() is not None:
@@ -153,9 +127,9 @@ def test_a_suite_on_two_nodes_losing_workers_a_raylet_and_its_launcher_ends_with
             proc.kill()
             proc.wait(30)
 
-    records = _records(out)
+    records = read_records(out)
     keys = Counter((r["checkpoint_name"], r["task"], r["condition"]) for r in records)
-    assert len(keys) == len(STEPS) * CELLS and set(keys.values()) == {1}, keys  # every checkpoint x cell, once
+    assert len(keys) == len(STEPS) * FAULT_CELLS and set(keys.values()) == {1}, keys  # every checkpoint x cell, once
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     for r in records:  # the uninterrupted run's numbers, whichever worker, node or attempt measured them
         assert r["episode_returns"] == expected[(r["checkpoint_name"], r["condition"])]["episode_returns"]

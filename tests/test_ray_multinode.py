@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from collections import Counter
 
-from launch_helpers import popen_cli, write_checkpoints
-
-
-def _records(out) -> list[dict]:
-    path = os.path.join(out, "results.jsonl")
-    return [json.loads(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
+from launch_helpers import popen_cli, read_records, write_checkpoints
 
 
 def test_sweep_workers_land_on_both_nodes_and_losing_one_node_loses_nothing(two_nodes, tmp_path):
@@ -30,19 +24,19 @@ def test_sweep_workers_land_on_both_nodes_and_losing_one_node_loses_nothing(two_
         deadline = time.monotonic() + 300
         nodes = set()
         while len(nodes) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            nodes = {w["node_id"] for r in _records(out) if r.get("status") == "ok" for w in r["workers"]}
+            nodes = {w["node_id"] for r in read_records(out) if r.get("status") == "ok" for w in r["workers"]}
             time.sleep(0.2)
         assert nodes == {two_nodes["head_node_id"], two_nodes["second_node_id"]}, (
             proc.stderr.read()[-3000:] if proc.poll() is not None else f"results from {nodes} only"
         )
-        before = len(_records(out))
+        before = len(read_records(out))
         os.kill(two_nodes["second_raylet_pid"], signal.SIGKILL)  # the second node's raylet dies mid-sweep
         assert proc.wait(400) == 0, proc.stderr.read()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-    records = _records(out)
+    records = read_records(out)
     assert before < len(steps), "the sweep ended before the node was lost; nothing was tested"
     assert Counter(r["checkpoint_name"] for r in records) == Counter(names)  # each exactly once
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
