@@ -29,7 +29,7 @@ REPO = os.path.dirname(HERE)
 COUNTS = ("fds", "threads", "children", "shm")
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Live (not zombie) descendants of ``pid``, from /proc."""
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -64,7 +64,7 @@ def _status(pid: int, key: str) -> int:
 def sample(pid: int | None = None) -> dict[str, float]:
     """The resources of process ``pid`` (default: this one) and its descendants, now."""
     pid = pid or os.getpid()
-    family = [pid, *_descendants(pid)]
+    family = [pid, *descendants(pid)]
     fds, shm = 0, set()
     for p in family:
         try:

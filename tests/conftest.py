@@ -17,6 +17,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# benchmarks/soak.py: the soak test runs a slice of it; the chaos test finds processes with it
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 # The real-Isaac-Lab tests run in the Python 3.12 venv (make test-isaaclab), the mjlab tests in mjlab's own
 # venv (make test-mjlab); the core suite has neither.

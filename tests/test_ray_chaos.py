@@ -23,6 +23,7 @@ import time
 from collections import Counter
 
 import pytest
+import soak
 from launch_helpers import FAULT_CELLS, FAULT_SUITE, launch_suite, read_records, write_checkpoints
 
 SEED = int(os.environ.get("SIMEVAL_CHAOS_SEED", "11"))
@@ -38,30 +39,17 @@ def _launch(suite, ckpt, out, *flags: str, address: str | None = None) -> subpro
     return launch_suite(suite, ckpt, out, *flags, env={"RAY_ADDRESS": address} if address else None)
 
 
-def _descendants(root: int) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process below ``root``."""
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                children = [int(c) for c in f.read().split()]
-        except OSError:
-            continue
-        for child in children:
-            try:
-                with open(f"/proc/{child}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            found.append((child, cmd))
-            todo.append(child)
-    return found
-
-
 def _eval_workers(cluster_pid: int) -> list[int]:
     """The cluster's eval-worker processes (Ray names an actor's process ``ray::EvalActor``)."""
-    return sorted(pid for pid, cmd in _descendants(cluster_pid) if cmd.startswith("ray::EvalActor"))
+    return sorted(pid for pid in soak.descendants(cluster_pid) if _cmdline(pid).startswith("ray::EvalActor"))
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""  # it ended meanwhile
 
 
 def _schedule(rng: random.Random) -> list[tuple[int, float, str]]:

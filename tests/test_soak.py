@@ -8,13 +8,8 @@ backends and over a ``--watch --suite`` launcher taking checkpoints as they arri
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import soak  # noqa: E402
+import soak
 
 pytestmark = pytest.mark.timeout(900)
 
