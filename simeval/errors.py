@@ -27,6 +27,15 @@ class EvalError(RuntimeError):
         return (type(self), (str(self), self.remote_traceback))
 
 
+class WorkerLost(EvalError):
+    """The round failed because its worker was lost, not because the evaluation raised.
+
+    The worker died, did not start in time, or its Ray actor or node is gone (a
+    round that overran its timeout, whose worker was replaced, is one too). The
+    same round may well pass when run again: the launcher's resume retries it.
+    """
+
+
 class EnvError(ValueError):
     """An env cannot be built as asked; the message names the problem and the fix in one line."""
 

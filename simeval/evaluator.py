@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simeval import backends, metrics
 from simeval.requests import Request, RequestQueue, check_busy_policy
+from simeval.round_timeout import Deadline, RoundClock, check_round_timeout
 from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key, exploration_name
 
 if TYPE_CHECKING:
@@ -134,6 +135,14 @@ class Evaluator:
     the budget (see :func:`episodes_for_budget`); the first round runs one wave.
     Results then also carry ``<prefix>/time_budget_s``, ``<prefix>/round_seconds``
     (the rollout's measured time) and ``<prefix>/num_envs``.
+    ``round_timeout_s`` bounds each round (see :mod:`simeval.round_timeout`): a round
+    still running past it fails with an :class:`~simeval.errors.EvalError`
+    (a ``WorkerLost``) and its worker is replaced (process and Ray: killed; thread:
+    abandoned, as a Python thread cannot be killed), so the next round runs on a
+    fresh one. ``None`` (the default) is a generous rule from the measured step
+    time (one hour before any round was measured, then at least ten minutes and
+    20x the expected round time); ``math.inf`` is no limit. A round that starts
+    its worker also gets ``start_timeout``.
     """
 
     def __init__(
@@ -164,6 +173,7 @@ class Evaluator:
         ray_kwargs: dict | None = None,
         seed: int | None = None,
         start_timeout: float = 120.0,
+        round_timeout_s: float | None = None,
         keep_episodes: bool = False,
         results_path: str | None = None,
         results_context: Mapping[str, Any] | None = None,
@@ -177,6 +187,7 @@ class Evaluator:
         _check_workers(backend, num_workers, max_restarts)
         _check_arguments(policy, policy_factory, num_trajectories, max_steps, init_fn)
         _check_budget(time_budget_s, num_trajectories)
+        check_round_timeout(round_timeout_s)
         if backend == "thread" and weight_sync_schemes is not None:
             backend = "process"  # as in torchrl: schemes imply a worker process
         settings = EvalSettings(
@@ -208,8 +219,10 @@ class Evaluator:
             info={"log_prefix": log_prefix, "keep_episodes": keep_episodes},
         )
         budget = _TimeBudget(time_budget_s) if time_budget_s is not None else None
+        clock = RoundClock(round_timeout_s, start_timeout, max_steps)
         created = backends.create(backend, recipe, options)
-        self._attach(created, log_prefix, keep_episodes, on_result, busy_policy, budget)
+        self._num_trajectories = settings.num_trajectories  # None with a budget: each round's own count
+        self._attach(created, log_prefix, keep_episodes, on_result, busy_policy, budget, clock)
 
     def _attach(
         self,
@@ -219,11 +232,13 @@ class Evaluator:
         on_result: Callable | None,
         busy_policy: str,
         budget: _TimeBudget | None = None,
+        clock: RoundClock | None = None,
     ) -> None:
         self._log_prefix = log_prefix
         self._keep_episodes = keep_episodes
         self._user_on_result = on_result
         self._budget = budget
+        self._clock = clock
         self.backend_name = backend.name
         self._front = RequestQueue(
             backend,
@@ -231,6 +246,7 @@ class Evaluator:
             self._call_on_result if on_result is not None else None,
             busy_policy,
             prepare=self._plan_round if budget is not None else None,
+            deadline=self._deadline if clock is not None else None,
         )
 
     @property
@@ -301,7 +317,7 @@ class Evaluator:
     def __del__(self) -> None:
         try:
             self.shutdown(timeout=2.0)
-        except Exception:  # noqa: BLE001 - interpreter may be tearing down
+        except Exception:  # noqa: BLE001, S110 - the interpreter may be tearing down: nothing left to report to
             pass
 
     @staticmethod
@@ -323,7 +339,14 @@ class Evaluator:
         """Set the round's episode count from the time budget, just before it starts (after the last result)."""
         request.overrides = RoundOverrides(num_trajectories=self._budget.next_count())
 
+    def _deadline(self, request: Request) -> Deadline | None:
+        """The round's time limit, as it starts (after ``_plan_round`` chose a budget's count)."""
+        overridden = getattr(request.overrides, "num_trajectories", None)
+        return self._clock.start_round(overridden or self._num_trajectories)
+
     def _finalize(self, raw: dict[str, Any], request: Request) -> dict[str, Any]:
+        if self._clock is not None:
+            self._clock.finished(raw)
         result = metrics.prefixed(raw, self._log_prefix, self._keep_episodes)
         if self._budget is not None:
             self._budget.measured(raw)

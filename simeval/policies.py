@@ -1,13 +1,13 @@
-"""Policy factories ``(env, **kwargs) -> policy`` that checkpoints can name.
+"""simeval's own policy factories ``(env, **kwargs) -> policy``, which checkpoints can name.
 
-A factory stamps what built the policy on it (``SIMEVAL_FACTORY``), so
+A factory stamps what built the policy on it (:func:`stamp`), so
 ``save_checkpoint`` records the factory and its keyword arguments and the
-launcher can rebuild the same architecture without ``--policy``.
+launcher can rebuild the same architecture without ``--policy``
+(:func:`simeval.factories.build_policy`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -85,54 +85,6 @@ def mlp_policy(env: EnvBase, hidden: Sequence[int] = (64, 64)) -> TensorDictModu
 
 
 DEFAULT_FACTORY = "simeval.policies:gaussian_actor"
-
-
-def build_policy(factory: str, kwargs: dict, env: EnvBase) -> Any:
-    """The policy ``factory`` (a ``"module:function"`` reference, old module names included) builds for ``env``.
-
-    Raises:
-        ValueError: one line, where ``factory`` cannot be imported, ``kwargs`` name arguments the factory does
-            not take, lack ones it needs, or hold values it cannot build from (a checkpoint's ``policy_kwargs``
-            of the wrong kind).
-    """
-    import inspect
-
-    from simeval.refs import resolve_callable
-
-    make = resolve_callable(factory, "policy factory")
-    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise ValueError(f"policy_kwargs for {factory} must be a mapping of argument names, got {kwargs!r:.80}.")
-    try:
-        inspect.signature(make).bind(env, **kwargs)
-    except TypeError:
-        params = inspect.signature(make).parameters
-        takes = ", ".join(name for name in list(params)[1:])
-        raise ValueError(
-            f"policy_kwargs {sorted(kwargs)} do not fit {factory}, which takes ({takes}): "
-            "check the checkpoint's policy_kwargs or --policy-kwargs."
-        ) from None
-    except ValueError:  # no signature to check (a builtin): the call itself says
-        pass
-    try:
-        return make(env, **kwargs)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, ValueError) and _ours(exc):  # a check of simeval's, worded for the user
-            raise
-        raise ValueError(
-            f"{factory} cannot build a policy from policy_kwargs {kwargs!r:.120}: a value of the wrong kind "
-            "(check the checkpoint's policy_kwargs or --policy-kwargs)."
-        ) from exc
-    except RuntimeError as exc:  # the factory's own words, or torch's (a negative layer size): kept, on one line
-        said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "RuntimeError"
-        raise ValueError(f"{factory} cannot build a policy from policy_kwargs {kwargs!r:.120}: {said}") from exc
-
-
-def _ours(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised in simeval's own code (where its checks word errors for the user)."""
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and f"{os.sep}simeval{os.sep}" in frames[-1].filename
 
 
 def factory_of(policy: Any) -> tuple[str, dict[str, Any]] | None:

@@ -4,14 +4,24 @@ The launcher and a served evaluator's worker write the same lines: the
 launcher from each result it records, the worker (``Evaluator(results_path=
 ...)``) from each round it runs, so a served evaluator's results are durable
 whoever triggered them. Lines are appended whole, flushed and fsync'd.
+
+A results file is opened only in place: never through a symbolic link, and
+only when it is a regular file (:func:`open_regular`); a line longer than
+:data:`MAX_LINE_BYTES` is refused rather than read, so no file can exhaust memory.
+
+A failed line says why (``error_kind``) and whether a resume evaluates it
+again by itself (``retry``: ``"resume"``) or only with ``--retry-failed``
+(:data:`ERROR_KINDS`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -21,6 +31,26 @@ _LIST_KEYS = ("episode_returns", "episode_lengths")
 _SUCCESS_LISTS = ("episode_success_at_end", "episode_success_once")
 # Per-episode lists of keep_episodes results that are not written (their means are metrics).
 _EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/", "episode_seeds", "episode_conditions/")
+
+MAX_LINE_BYTES = 64 << 20
+"""The longest results line read (64 MiB: a million episodes' returns fit many times over)."""
+
+RETRY_ON_RESUME = "resume"
+RETRY_WITH_FLAG = "--retry-failed"
+ERROR_KINDS = {
+    "plan": RETRY_ON_RESUME,  # it needs another env or policy than the run evaluates, or other settings
+    "worker": RETRY_ON_RESUME,  # the worker died, did not start in time, or was lost with its node
+    "checkpoint": RETRY_WITH_FLAG,  # the file could not be read, or was refused
+    "evaluation": RETRY_WITH_FLAG,  # building its policy or running its round raised (weights that do not fit)
+}
+"""A failed line's ``error_kind`` -> its ``retry``: who evaluates it again (a resume by itself, or the flag)."""
+
+
+class ResultsFileError(ValueError):
+    """A results file simeval will not open (a link, not a regular file) or read (a line too long, not JSON).
+
+    The message is one line naming the file and what to do.
+    """
 
 
 def plain(value: Any) -> Any:
@@ -79,33 +109,128 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
     return record
 
 
-def failed_record(path: str, message: str, step: int | None = None, name: str | None = None) -> dict[str, Any]:
-    """The line for a checkpoint that could not be evaluated (it is never tried again)."""
+def failed_record(
+    path: str, message: str, step: int | None = None, name: str | None = None, kind: str = "checkpoint"
+) -> dict[str, Any]:
+    """The line for a checkpoint that could not be evaluated, with why (``kind``) and who retries it.
+
+    ``kind`` is a key of :data:`ERROR_KINDS`; the line's ``retry`` says whether a
+    resume evaluates the checkpoint again by itself (``"resume"``) or only
+    ``--retry-failed`` does.
+    """
+    if kind not in ERROR_KINDS:
+        raise ValueError(f"unknown error kind {kind!r}: one of {', '.join(ERROR_KINDS)}.")
     name = name or os.path.basename(path)
     record = {"status": "failed", "checkpoint": path, "checkpoint_name": name, "error": message}
     if step is not None:
         record["step"] = int(step)
+    record.update(error_kind=kind, retry=ERROR_KINDS[kind])
     return record
 
 
+def retried_on_resume(record: Mapping[str, Any], retry_failed: bool = False) -> bool:
+    """Whether a resume evaluates this line's checkpoint (or cell) again.
+
+    Yes for a failed line whose ``retry`` is ``"resume"``, and for every failed line
+    when ``retry_failed`` (``--retry-failed``); never for an ok line. A failed line
+    written before lines said ``retry`` is retried only with ``retry_failed``.
+    """
+    if record.get("status") != "failed":
+        return False
+    return retry_failed or record.get("retry") == RETRY_ON_RESUME
+
+
+def open_regular(path: str, flags: int, fix: str = "move it aside or use another directory") -> int:
+    """``os.open(path, flags)`` without following a symbolic link, for a regular file only; the descriptor.
+
+    The file is opened with ``O_NOFOLLOW`` and checked with ``fstat`` on the
+    open descriptor (no race between check and use); ``O_NONBLOCK`` keeps a
+    FIFO from blocking the open. Created files get mode 0666 less the umask.
+
+    Raises:
+        ResultsFileError: one line naming ``path`` and ``fix``, for a symbolic link or anything but a regular file.
+        FileNotFoundError: there is no file (and ``flags`` do not create one).
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno != errno.ENOENT and os.path.islink(path)):
+            raise ResultsFileError(
+                f"{path} is a symbolic link; simeval opens results files only in place: {fix}."
+            ) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without a reader, a directory
+            raise ResultsFileError(f"{path} is not a regular file: {fix}.") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ResultsFileError(f"{path} is not a regular file ({_kind_of(mode)}): {fix}.")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _kind_of(mode: int) -> str:
+    """A file type in words: a directory, a FIFO, a socket, a device."""
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+
+
 def append_record(path: str, record: Mapping[str, Any]) -> None:
-    """Append one line, whole: a crash leaves at most a partial last line, which readers drop."""
-    line = json.dumps(record, allow_nan=False) + "\n"
+    """Append one line, whole: a crash leaves at most a partial last line, which readers drop.
+
+    The file is created (mode 0666 less the umask) or appended to in place: a symbolic link or
+    a file that is not regular is a :class:`ResultsFileError`.
+    """
+    data = (json.dumps(record, allow_nan=False) + "\n").encode()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def read_records(path: str) -> Iterator[dict[str, Any]]:
-    """Every complete line of a results file (a partial last line from a crash is skipped)."""
-    if not os.path.exists(path):
+def read_records(
+    path: str, max_line: int = MAX_LINE_BYTES, fix: str = "put the results file itself there"
+) -> Iterator[dict[str, Any]]:
+    """Every complete line of a results file (a partial last line from a crash is skipped).
+
+    Raises:
+        ResultsFileError: one line naming the file (and ``fix`` where it is a link or not a regular
+            file): a symbolic link, not a regular file, a line over ``max_line`` bytes (refused
+            before it is read whole), or a line that is not a JSON object.
+    """
+    try:
+        fd = open_regular(path, os.O_RDONLY, fix=fix)
+    except FileNotFoundError:
         return
-    with open(path) as f:
-        for line in f:
-            if not line.endswith("\n"):
-                return
-            line = line.strip()
-            if line:
-                yield json.loads(line)
+    with os.fdopen(fd, "rb") as f:
+        number = 0
+        while True:
+            line = f.readline(max_line + 1)
+            number += 1
+            if not line.endswith(b"\n"):
+                if len(line) > max_line:
+                    raise ResultsFileError(
+                        f"{path}: line {number} is over {max_line >> 20} MiB, which no results line is: "
+                        "the file is damaged or not a results file; move it aside."
+                    )
+                return  # the end, or a partial last line from a crash
+            if line.strip():
+                yield _parse(line, path, number)
+
+
+def _parse(line: bytes, path: str, number: int) -> dict[str, Any]:
+    """A results line as a dict; ResultsFileError naming the file and line when it is not a JSON object."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise ResultsFileError(f"{path}: line {number} is not JSON ({exc}): the file is damaged.") from None
+    if not isinstance(record, dict):
+        raise ResultsFileError(f"{path}: line {number} is not a JSON object: the file is damaged.")
+    return record

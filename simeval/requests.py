@@ -23,10 +23,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simeval.backends.base import Backend, cancelled, complete
-from simeval.errors import EvalError
+from simeval.errors import EvalError, WorkerLost
+
+if TYPE_CHECKING:
+    from simeval.round_timeout import Deadline
 
 logger = logging.getLogger("simeval.evaluator")
 
@@ -52,6 +55,7 @@ class Request:
     future: Future = field(default_factory=Future)
     outcome: Any = _WAITING  # the finalized result, or the EvalError
     delivered: bool = False  # on_result has returned (or was not due)
+    timer: threading.Timer | None = None  # its deadline, while it runs
 
 
 class RequestQueue:
@@ -62,6 +66,10 @@ class RequestQueue:
     result is handed out (its exceptions are logged, never raised).
     ``prepare(request)`` is called just before a request starts on the backend
     (after the previous request was finalized), and may set its ``overrides``.
+    ``deadline(request)``, called right after it, gives the round's
+    :class:`~simeval.round_timeout.Deadline` (None: no limit): a round still
+    running past it fails with a :class:`~simeval.errors.WorkerLost` saying so,
+    and the backend replaces its worker before the next request starts.
     """
 
     def __init__(
@@ -71,10 +79,12 @@ class RequestQueue:
         on_result: Callable[[Any], None] | None = None,
         busy_policy: str = "error",
         prepare: Callable[[Request], None] | None = None,
+        deadline: Callable[[Request], Deadline | None] | None = None,
     ) -> None:
         check_busy_policy(busy_policy)
         self.backend = backend
         self._prepare = prepare
+        self._deadline = deadline
         self.busy_policy = busy_policy
         self._finalize = finalize
         self._on_result = on_result
@@ -138,12 +148,28 @@ class RequestQueue:
         try:
             if self._prepare is not None:
                 self._prepare(request)
+            self._arm(request)
             self.backend.start(request.step, request.weights, request.future, request.overrides)
         except BaseException as exc:  # noqa: BLE001 - e.g. weights that do not fit
             complete(
                 request.future, exc=exc if isinstance(exc, EvalError) else EvalError(f"{type(exc).__name__}: {exc}")
             )
         request.weights = None
+
+    def _arm(self, request: Request) -> None:
+        """Start the round's timer, if it has a deadline; it is cancelled as soon as the round ends."""
+        deadline = self._deadline(request) if self._deadline is not None else None
+        if deadline is None:
+            return
+        timer = threading.Timer(deadline.seconds, self._time_out, args=(request, deadline.message))
+        timer.name, timer.daemon = "simeval-round-timer", True
+        request.timer = timer
+        timer.start()
+        request.future.add_done_callback(lambda _fut: timer.cancel())
+
+    def _time_out(self, request: Request, message: str) -> None:
+        """The round overran its deadline: the backend replaces its worker, then fails it with ``message``."""
+        self.backend.time_out(request.future, WorkerLost(message))
 
     # -- settling and delivering ---------------------------------------------
     def _settle_future(self, request: Request, future: Future) -> None:
@@ -246,6 +272,9 @@ class RequestQueue:
             self._closed = True
             queued = list(self._queue)
             self._queue.clear()
+            running = self._current
+        if running is not None and running.timer is not None:
+            running.timer.cancel()  # shutdown ends the round: its timer must not outlive the evaluator
         for request in queued:
             self._settle(request, cancelled())
         self.backend.shutdown(timeout)

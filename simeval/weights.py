@@ -26,8 +26,13 @@ def _has_extra_state(module: nn.Module) -> bool:
 
 
 def as_weights(source: WeightSource) -> TensorDictBase:
-    """A TensorDict view of ``source``'s weights and extra state (no copy)."""
+    """A TensorDict view of ``source``'s weights and extra state (no copy).
+
+    A TensorDict's tensors must be compact (:func:`not_compact`): an expanded view of
+    a small storage would otherwise cost its full logical size at the first copy. ValueError (one line) if not.
+    """
     if isinstance(source, TensorDictBase):
+        _check_compact(source)
         return source
     if not isinstance(source, nn.Module):
         raise TypeError(f"weights must be an nn.Module or a TensorDict, got {type(source).__name__}.")
@@ -46,6 +51,34 @@ def as_weights(source: WeightSource) -> TensorDictBase:
     if extra:
         td.set(EXTRA, TensorDict(extra))
     return td
+
+
+def not_compact(tensor: Any) -> str | None:
+    """Why ``tensor`` is not compact (see :func:`simeval.checkpoints.bounds.check_tensors`), or None when it is."""
+    numel = tensor.numel()
+    if numel == 0:
+        return None
+    storage = tensor.untyped_storage().nbytes()
+    logical = numel * tensor.element_size()
+    if logical > storage:
+        return f"is {logical:,} bytes over a storage of {storage:,} (an expanded or strided view)"
+    dims = sorted((abs(s), n) for s, n in zip(tensor.stride(), tensor.shape, strict=True) if n > 1)
+    reach = 1
+    for stride, size in dims:
+        if stride < reach:
+            return "has overlapping (zero or aliased) strides"
+        reach += stride * (size - 1)
+    return None
+
+
+def _check_compact(td: TensorDictBase) -> None:
+    for key, value in td.items(True, True):
+        problem = not_compact(value) if isinstance(value, torch.Tensor) else None
+        if problem:
+            raise ValueError(
+                f"weights {key!r:.80} of shape {tuple(value.shape)} {problem}: pass real tensors "
+                "(e.g. .contiguous()), not views that would be copied to their full size."
+            )
 
 
 def extract_weights(module: nn.Module) -> TensorDictBase:

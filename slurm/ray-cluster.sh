@@ -28,6 +28,20 @@
 
 set -uo pipefail
 cd "${SIMEVAL_HOME:-${SLURM_SUBMIT_DIR:-.}}" || exit 2
+# shellcheck source=slurm/lib.sh
+source slurm/lib.sh
+
+# Every numeric setting, checked before any use: a bad one is one line on stderr and exit 2.
+many=999999999
+job_id=$(whole_number SLURM_JOB_ID "${SLURM_JOB_ID:-0}" 0 "$many") || exit 2
+# Ray's ports: BASE (GCS), BASE+1, BASE+2 and BASE+10..BASE+99 (workers); from the job id unless set.
+base_port=$(whole_number SIMEVAL_RAY_BASE_PORT "${SIMEVAL_RAY_BASE_PORT:-$((20000 + (job_id % 400) * 100))}" \
+    1024 65436) || exit 2
+head_timeout=$(whole_number SIMEVAL_RAY_HEAD_TIMEOUT "${SIMEVAL_RAY_HEAD_TIMEOUT:-120}" 1 "$many") || exit 2
+cpus=$(whole_number SLURM_CPUS_PER_TASK "${SLURM_CPUS_PER_TASK:-1}" 0 "$many") || exit 2
+# GPUs per node: as many as CUDA_VISIBLE_DEVICES lists (what Slurm's --gres gave), unless set.
+gpus=$(whole_number SIMEVAL_RAY_GPUS_PER_NODE \
+    "${SIMEVAL_RAY_GPUS_PER_NODE:-$(awk -F, '{print NF}' <<<"${CUDA_VISIBLE_DEVICES:-}")}" 0 "$many") || exit 2
 
 # The srun steps of the Ray cluster, stopped by PID when the script exits.
 steps=()
@@ -35,8 +49,6 @@ cleanup() { for pid in "${steps[@]}"; do kill -TERM "$pid" 2>/dev/null; done; wa
 trap cleanup EXIT
 # Stop the cluster, then fail the job with one line, the last of its .err file.
 fail() { trap - EXIT; cleanup; echo "simeval ray job ${SLURM_JOB_ID:-?}: $*" >&2; exit 1; }
-head_timeout="${SIMEVAL_RAY_HEAD_TIMEOUT:-120}"
-[[ "$head_timeout" =~ ^[0-9]+$ ]] || fail "SIMEVAL_RAY_HEAD_TIMEOUT must be whole seconds, got '${head_timeout}'."
 
 python="${SIMEVAL_PYTHON:-.venv/bin/python}"
 [[ -x "$python" ]] || python=python3
@@ -46,10 +58,7 @@ ray_bin="$(dirname "$python")/ray"
 mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
 head_node="${nodes[0]}"
 head_ip="${SIMEVAL_RAY_HEAD_IP:-$(srun --overlap --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{print $1}')}"
-base_port="${SIMEVAL_RAY_BASE_PORT:-$((20000 + (${SLURM_JOB_ID:-0} % 400) * 100))}"
 port=$base_port
-cpus="${SLURM_CPUS_PER_TASK:-1}"
-gpus="${SIMEVAL_RAY_GPUS_PER_NODE:-$(awk -F, '{print NF}' <<<"${CUDA_VISIBLE_DEVICES:-}")}"
 temp_dir="${SIMEVAL_RAY_TMPDIR:-/tmp/ray-${SLURM_JOB_ID:-$$}}"
 ports=(--node-manager-port=$((base_port + 1)) --object-manager-port=$((base_port + 2))
        --min-worker-port=$((base_port + 10)) --max-worker-port=$((base_port + 99)))
@@ -97,6 +106,5 @@ for node in "${nodes[@]:1}"; do
     steps+=($!)
 done
 
-source slurm/lib.sh
 export RAY_ADDRESS="${head_ip}:${port}"
 run_and_requeue_on_term "$python" -m simeval.launch --backend ray "$@"

@@ -276,3 +276,186 @@ def plain_json(value) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+# -- dictionaries: inputs that try to run code, and inputs that try to exhaust memory -------------------------------
+# A marker file is what running code would leave; MARKER is replaced by its path.
+MARKER = "@MARKER@"
+_TOUCH = f"open({MARKER!r}, 'w').close()"
+
+# policy_factory and policy_kwargs a simeval checkpoint may carry: stdlib functions that run what they are given,
+# old simeval names, modules beside the file, registered factories given callables' names.
+GADGETS = {
+    "timeit-setup": ("timeit:timeit", {"setup": _TOUCH, "number": 0}),
+    "timeit-stmt": ("timeit:repeat", {"stmt": _TOUCH, "repeat": 1, "number": 1}),
+    "os-system": ("os:system", {"command": f"touch {MARKER}"}),
+    "subprocess": ("subprocess:getoutput", {"cmd": f"touch {MARKER}"}),
+    "runpy": ("runpy:run_path", {"path_name": "@EVIL_PY@"}),
+    "import-module": ("importlib:import_module", {"name": "evilmod"}),
+    "builtins-exec": ("builtins:exec", {"source": _TOUCH}),
+    "pickle-loads": ("pickle:loads", {"data": "cos\nsystem\n(S'true'\ntR."}),
+    "code-interact": ("code:interact", {"banner": "x", "local": {}}),
+    "module-in-cwd": ("evilmod:actor", {}),
+    "dotted-attribute": ("os.path:exists", {"path": "/"}),
+    "old-simeval-name": ("simeval.launch.policies:os", {}),
+    "simeval-not-a-factory": ("simeval.hooks:worker_init", {"user_init": "evilmod:actor"}),
+    "registered-callable-kwarg": ("simeval.policies:gaussian_actor", {"hidden": "os:system"}),
+    "registered-extra-kwarg": ("simeval.policies:gaussian_actor", {"hidden": [16], "setup": _TOUCH}),
+}
+EVIL_MODULE = f"{_TOUCH}\ndef actor(env, **kwargs):\n    {_TOUCH}\n"
+
+
+def gadget_checkpoint(shipped: bytes, factory: str, kwargs: dict, marker: str, evil_py: str) -> bytes:
+    """The shipped checkpoint (``shipped``: its bytes) naming ``factory`` with ``kwargs``, markers filled in."""
+    data = torch.load(io.BytesIO(shipped), weights_only=True)
+    text = json.dumps(kwargs).replace(MARKER, marker).replace("@EVIL_PY@", evil_py)
+    data["policy_factory"], data["policy_kwargs"] = factory, json.loads(text)
+    return _save(data)
+
+
+def _recompressed(raw: bytes) -> bytes:
+    """A zip's members re-deflated (torch writes them stored; SB3 deflates)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(raw)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    return out.getvalue()
+
+
+def _bomb_expanded(root: str, seeds: dict) -> str:
+    data = torch.load(io.BytesIO(seeds["simeval"]["step_000125000.pt"]), weights_only=True)
+    data["policy"]["bomb"] = torch.zeros(1).expand(50000, 50000)
+    return _write_file(root, "step_1.pt", _save(data))
+
+
+def _bomb_overlapping(root: str, seeds: dict) -> str:
+    data = torch.load(io.BytesIO(seeds["simeval"]["step_000125000.pt"]), weights_only=True)
+    data["policy"]["bomb"] = torch.zeros(1 << 17).as_strided((1 << 16, 1 << 16), (1, 1))
+    return _write_file(root, "step_1.pt", _save(data))
+
+
+def _bomb_deflated_torch(root: str, seeds: dict) -> str:
+    data = torch.load(io.BytesIO(seeds["simeval"]["step_000125000.pt"]), weights_only=True)
+    data["policy"]["padding"] = torch.zeros(64 << 20)  # 256 MiB of zeros, 256 KiB deflated
+    return _write_file(root, "step_1.pt", _recompressed(_save(data)))
+
+
+def _bomb_sb3_member(root: str, seeds: dict) -> str:
+    with zipfile.ZipFile(io.BytesIO(seeds["sb3"]["model.zip"])) as z:
+        members = {info.filename: z.read(info) for info in z.infolist()}
+    members["data"] = members["data"] + b" " * (256 << 20)  # JSON with 256 MiB of trailing blanks
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, blob in members.items():
+            z.writestr(name, blob)
+    return _write_file(root, "model.zip", out.getvalue())
+
+
+def _bomb_sparse(header: bytes, name: str) -> callable:
+    def make(root: str, seeds: dict) -> str:
+        path = _write_file(root, name, header)
+        with open(path, "r+b") as f:
+            f.truncate(4 << 30)  # 4 GiB that take no disk
+        old = os.path.getmtime(path) - 60
+        os.utime(path, (old, old))
+        return path
+
+    return make
+
+
+def _bomb_yaml(root: str, seeds: dict) -> str:
+    levels = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
+    )
+    for name, raw in seeds["rsl_rl"].items():
+        _write_file(root, name, raw)
+    _write_file(root, "params/agent.yaml", levels.encode())
+    return os.path.join(root, "model_7.pt")
+
+
+def _bomb_skrl_output(root: str, seeds: dict) -> str:
+    for name, raw in seeds["skrl"].items():
+        _write_file(root, name, raw)
+    agent = (
+        "models:\n  policy:\n    network:\n      - name: net\n        input: OBSERVATIONS\n        layers: [32]\n"
+        "        activations: elu\n    output: ACTIONS + 0 * (10 ** 10 ** 8)\n"
+    )
+    _write_file(root, "params/agent.yaml", agent.encode())
+    return os.path.join(root, "checkpoints", "agent_400.pt")
+
+
+def _bomb_onnx(root: str, seeds: dict) -> str:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([100000, 100000], dtype=np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["big"]), helper.make_node("Identity", ["obs"], ["a"])],
+        "policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", OBS])],
+        [helper.make_tensor_value_info("big", TensorProto.FLOAT, None)],
+        initializer=[shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _write_file(root, "policy.onnx", model.SerializeToString())
+
+
+def _onnx_external(root: str, seeds: dict) -> str:
+    """An ONNX policy whose weights live in another file (here /dev/zero: read, it would never end)."""
+    from onnx import TensorProto, helper
+
+    weights = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[OBS], data_location=TensorProto.EXTERNAL)
+    weights.external_data.add(key="location", value="/dev/zero")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["obs", "w"], ["actions"])],
+        "policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", OBS])],
+        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", OBS])],
+        initializer=[weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _write_file(root, "policy.onnx", model.SerializeToString())
+
+
+def _bomb_kwargs(root: str, seeds: dict) -> str:
+    data = torch.load(io.BytesIO(seeds["simeval"]["step_000125000.pt"]), weights_only=True)
+    data["policy_kwargs"] = {"hidden": [60000, 60000]}  # 14 GB of float32 once built
+    return _write_file(root, "step_1.pt", _save(data))
+
+
+# Files whose reading, or the policy they describe, would take gigabytes. Each makes its files under a directory.
+BOMBS = {
+    "expanded-tensor": _bomb_expanded,
+    "overlapping-strides": _bomb_overlapping,
+    "deflated-torch-zip": _bomb_deflated_torch,
+    "sb3-member": _bomb_sb3_member,
+    "4gib-junk": _bomb_sparse(b"", "step_2.pt"),
+    "4gib-zip-header": _bomb_sparse(b"PK\x03\x04", "step_3.pt"),
+    "4gib-legacy-pickle": _bomb_sparse(b"\x80\x02", "step_4.pt"),
+    "4gib-onnx-header": _bomb_sparse(b"\x08\x07", "huge.onnx"),
+    "yaml-aliases": _bomb_yaml,
+    "skrl-output": _bomb_skrl_output,
+    "onnx-constant-of-shape": _bomb_onnx,
+    "onnx-external-data": _onnx_external,
+    "policy-kwargs": _bomb_kwargs,
+}
+
+
+def _write_file(root: str, name: str, raw: bytes) -> str:
+    path = os.path.join(root, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(raw)
+    return path
+
+
+# A suite condition's cfg overrides that name code (Isaac Lab imports and calls a module:function set into a term's
+# func): each must be refused when the suite is loaded, whatever the task.
+CFG_GADGETS = {
+    "event-func": {"events.add_pole_mass.func": "os:system"},
+    "module-in-cwd": {"events.reset.func": "evilmod:actor"},
+    "lambda": {"rewards.alive.func": "lambda env: __import__('os').system('true')"},
+    "class-type": {"actions.joint_effort.class_type": "subprocess:Popen"},
+    "nested-mapping": {"events": {"push": {"func": "os:system"}}},
+    "callable-string-value": {"scene.robot.spawn.usd_path": "builtins:exec"},
+}

@@ -9,6 +9,7 @@ lacks. Run A also has an earlier checkpoint (step 100,000) scoring 100 less.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -355,3 +356,41 @@ def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, tmp_path
     assert cells[CELLS[0]][2] == "100.0 [100.0, 100.0]"
     assert cells[("*", "*")][-1] == _aggregate_verdict()
     assert sorted(dom.classes) == sorted(f"verdict {v}" for v in [*EXPECTED.values(), _aggregate_verdict()])
+
+
+def test_names_that_look_like_math_are_drawn_as_written(tmp_path):
+    """Task, condition, checkpoint and run names holding $, a backslash, _ and ^ never reach mathtext."""
+    task, condition = "Cheetah_$\\alpha^2$", "$\\nope$_x^{"
+    x = np.random.default_rng(4).normal(100, 10, 16)
+    runs = []
+    for name, returns in (("run_$\\a^$", x), ("run_$_b$", x + 1.0)):
+        line = _line(task, condition, 1000, returns, reference=False)
+        line["checkpoint_name"] = "ck_$\\x^_$.pt"
+        runs.append(_write(tmp_path / name / "out", [line]))
+    page = tmp_path / "compare.html"
+    proc = _cli("compare", *runs, "--html", str(page))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _table(proc.stdout)[(task, condition)][-1] == "better"
+    text = page.read_text()
+    assert html.escape(task) in text and html.escape("ck_$\\x^_$.pt") in text
+    assert report.main([*runs, "--output", str(tmp_path / "curve.png")]) == 0  # the curve's legend: run names
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_newest_line_of_an_evaluation_is_the_one_that_counts(tmp_path):
+    """A failed line then an ok one (a resume, --retry-failed), or two ok lines: the last written counts."""
+    x = np.random.default_rng(5).normal(100, 10, 16)
+    task, condition = CELLS[0]
+    failed = {"status": "failed", "checkpoint": "/abs/path/ck_1000.pt", "checkpoint_name": "ck_1000.pt",
+              "step": 1000, "error": "worker died", "error_kind": "worker", "retry": "resume",
+              "suite": "synthetic", "task": task, "condition": condition}  # fmt: skip
+    served = {k: v for k, v in _line(task, None, 500, x).items() if not k.startswith("checkpoint")}
+    lines = [failed, _line(task, condition, 1000, x), served, served, _line(task, condition, 1000, x + 7.0)]
+    a = _write(tmp_path / "a", lines)
+    rows = report.read_results(a)
+    assert [r["step"] for r in rows] == [500, 500, 1000]  # a served evaluator's lines are each their own
+    assert rows[-1]["episode_returns"] == pytest.approx(list(x + 7.0))
+    b = _write(tmp_path / "b", [_line(task, condition, 1000, x + 7.0)])
+    proc = _cli("compare", a, b)
+    assert proc.returncode == 0, proc.stderr
+    assert _table(proc.stdout)[(task, condition)][2] == "0.0 [0.0, 0.0]"  # A's newest line, the same as B

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +154,130 @@ def test_physics_conditions_need_the_native_env():
         make_env("HalfCheetah-v5", backend="gymnasium", condition={"gravity": -5.0})
     with pytest.raises(ValueError, match="Isaac Lab"):
         make_env("HalfCheetah-v5", condition={"cfg": {"a.b": 1}})
+
+
+# ---- cfg overrides: data only (a suite file is untrusted; Isaac Lab imports and calls a term's "module:func") ----
+
+DATA_ONLY = "a cfg override sets data only"
+
+
+@pytest.mark.parametrize(
+    "path, value, words",
+    [
+        ("events.add_pole_mass.func", "os:system", "'func' names a callable"),
+        ("events.add_pole_mass.func", "lambda env, ids: 0", "'func' names a callable"),
+        ("actions.joint_effort.class_type", "isaaclab.envs.mdp:JointEffortAction", "'class_type' names a callable"),
+        ("scene.robot.spawn.func.x", 1, "'func' names a callable"),  # nor walk through one
+        ("scene.clone_cfg.clone_fn", "random", "'clone_fn' names a callable"),
+        ("rewards.alive.weight", "sys:exit", "'sys:exit' names a callable (module:attr)"),
+        ("rewards.alive.weight", "lambda env: 0", "is a lambda"),
+        ("events.reset.params.pose", ["ok", "builtins:print"], "'builtins:print' names a callable"),
+        ("events.add_pole_mass", {"func": "os:system", "params": {}}, "mapping key 'func' names a callable"),
+        ("events.reset.params.pose", [1.0, print], "builtin_function_or_method is not plain data"),
+        ("events.reset.params.pose", {1: 2.0}, "mapping key 1 is not a string"),
+    ],
+)
+def test_a_cfg_override_that_names_a_callable_or_is_not_data_is_refused_by_its_value_alone(path, value, words):
+    with pytest.raises(ValueError) as err:
+        Condition.parse({"cfg": {path: value}}, "tasks[0].conditions.evil")
+    message = str(err.value)
+    assert message.startswith(f"tasks[0].conditions.evil.cfg.{path}: ") and words in message, message
+    assert DATA_ONLY in message and "\n" not in message
+
+
+def test_cfg_overrides_of_plain_data_parse_as_given():
+    cfg = {
+        "events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0],
+        "events.reset_pole_position.params.position_range.1": 0.25,
+        "events.add_pole_mass.mode": "startup",
+        "events.reset.params.asset_cfg.body_names": ["pole"],
+        "actions.joint_pos.scale": {".*": 0.3},
+        "events.push_robot": None,
+        "sim.device": "cuda:0",  # a colon, but no callable's name
+        "commands.twist.rel_standing_envs": 0.0,
+        "observations.policy.enable_corruption": False,
+    }
+    assert Condition.parse({"cfg": cfg}).cfg == cfg
+
+
+def _term_func(env, env_ids) -> None:
+    """Stands for a manager term's function (what Isaac Lab's config holds)."""
+
+
+@dataclasses.dataclass
+class _EntityCfg:
+    name: str = "robot"
+    body_names: list = dataclasses.field(default_factory=lambda: ["pole"])
+
+
+@dataclasses.dataclass
+class _TermCfg:
+    func: Callable[..., None] = _term_func
+    params: dict = dataclasses.field(default_factory=lambda: {"asset_cfg": _EntityCfg(), "range": (1.0, 1.0)})
+    mode: str = "reset"
+    interval_range_s: tuple[float, float] | None = None
+    strategy: Any = _term_func
+    builder: Callable[..., None] | None = None
+
+
+@dataclasses.dataclass
+class _EventsCfg:
+    mass: _TermCfg = dataclasses.field(default_factory=_TermCfg)
+
+
+@dataclasses.dataclass
+class _EnvCfg:
+    """A task config shaped as Isaac Lab's and mjlab's are: config objects, a term with func and params."""
+
+    events: _EventsCfg = dataclasses.field(default_factory=_EventsCfg)
+    robot_type: type = _EntityCfg
+    ground: _EntityCfg | None = None
+
+
+@pytest.mark.parametrize(
+    "path, value, words",
+    [
+        ("events.mass.strategy", "random", "the field holds a callable (function _term_func)"),
+        ("events.mass.strategy.x", 1, "events.mass.strategy is a callable"),
+        ("events.mass.builder", 3, "the field holds a field typed Callable[..., None] | None"),
+        ("robot_type.name", "x", "robot_type is the class"),
+        ("events.mass.params", {"range": [1.0, 2.0]}, "holds a dict that holds more than plain data"),
+        ("events.mass.params.asset_cfg", {"name": "robot"}, "holds a config object (_EntityCfg)"),
+        ("events.mass", {"mode": "reset"}, "holds a config object (_TermCfg)"),
+        ("ground", {"name": "robot"}, "the field holds None, not a mapping"),
+        ("events.mass.params.range", "big", "a string lands where the config holds (1.0, 1.0)"),
+        ("events.mass.params.range.0", "big", "a string lands where the config holds 1.0"),
+    ],
+)
+def test_a_cfg_override_may_not_replace_a_callable_a_class_or_a_config_object(path, value, words):
+    from simeval.envs.cfg_overrides import apply_cfg_overrides
+
+    cfg = _EnvCfg()
+    with pytest.raises(ValueError) as err:
+        apply_cfg_overrides(cfg, {"events.mass.params.range": [2.0, 2.0], path: value})
+    message = str(err.value)
+    assert message.startswith(f"cfg override {path!r}: ") and words in message, message
+    assert DATA_ONLY in message and "\n" not in message
+    assert cfg == _EnvCfg()  # checked before anything is set
+
+
+def test_a_cfg_override_sets_data_where_the_config_holds_data():
+    from simeval.envs.cfg_overrides import apply_cfg_overrides
+
+    cfg = _EnvCfg()
+    apply_cfg_overrides(
+        cfg,
+        {
+            "events.mass.params.range": [0.5, 2.0],
+            "events.mass.mode": "startup",
+            "events.mass.interval_range_s": [1.0, 2.0],
+            "events.mass.params.asset_cfg.body_names": ["cart", "pole"],
+        },
+    )
+    term = cfg.events.mass
+    assert term.params["range"] == (0.5, 2.0) and term.mode == "startup" and term.interval_range_s == (1.0, 2.0)
+    assert term.params["asset_cfg"].body_names == ["cart", "pole"] and term.func is _term_func
+    apply_cfg_overrides(cfg, {"events.mass": None})  # None turns a term off: it names nothing
+    assert cfg.events.mass is None
+    with pytest.raises(ValueError, match=r"^cfg override 'events\.mass\.func': 'func' names a callable"):
+        apply_cfg_overrides(_EnvCfg(), {"events.mass.func": "os:system"})  # make_env's overrides too

@@ -114,7 +114,7 @@ def test_shutdown_stops_a_direct_round_between_two_steps():
     ev.trigger_eval(step=1)
     time.sleep(1.0)  # the round (about a minute of steps) is under way
     assert ev.pending
-    thread = ev._backend._thread
+    thread = ev._backend._lane.thread
     ev.shutdown(timeout=10)
     thread.join(10)
     assert not thread.is_alive()  # the round stopped; its physics thread was waited for

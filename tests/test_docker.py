@@ -70,6 +70,8 @@ def test_gpu_requests_name_only_the_chosen_host_gpus():
 def test_plan_mounts_paths_where_they_are_and_forwards_the_rest(tmp_path):
     argv = ["--launcher", "docker", "--image=img", "--gpus", "1", "--watch", "ckpt", "--episodes", "4"]
     cfg = LaunchConfig(launcher="docker", image="img", gpus="1", watch="ckpt", episodes=4).validate()
+    (tmp_path / "launchers").mkdir()
+    (tmp_path / "launchers" / "x.yaml").write_text("episodes: 4\n")
     spec = plan(cfg, argv, config_path="launchers/x.yaml", cwd=str(tmp_path))
     watch, config = str(tmp_path / "ckpt"), str(tmp_path / "launchers" / "x.yaml")
     assert spec.volumes[watch] == {"bind": watch, "mode": "ro"}
@@ -88,6 +90,210 @@ def test_a_device_outside_the_requested_gpus_is_refused(tmp_path):
     cfg = LaunchConfig(launcher="docker", image="img", gpus="3", device="cuda:1").validate()
     with pytest.raises(ConfigError, match="sees only the 1 GPU"):
         plan(cfg, [], None, cwd=str(tmp_path))
+
+
+# -- the trust boundary: what the container sees of the host ---------------------------------------
+def _docker_cfg(**settings) -> LaunchConfig:
+    return LaunchConfig(launcher="docker", image="img", **settings).validate()
+
+
+def _file(path, text: str = "x") -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def _mounts(spec) -> dict[str, str]:
+    """The container's view: each mounted path inside -> ro/rw."""
+    return {m["bind"]: m["mode"] for m in spec.volumes.values()}
+
+
+def test_the_checkpoint_file_itself_is_mounted_read_only_not_its_directory(tmp_path):
+    ckpt = _file(tmp_path / "run" / "model.pt")
+    _file(tmp_path / "run" / "other-experiment.pt")  # beside it, not the container's business
+    out = str(tmp_path / "out")
+    spec = plan(_docker_cfg(checkpoint=ckpt, out=out), [], None, cwd=str(tmp_path))
+    assert _mounts(spec) == {ckpt: "ro", out: "rw"}
+
+
+def test_a_checkpoint_at_the_top_of_the_home_directory_mounts_only_the_file(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))  # --checkpoint ~/model.pt mounted all of ~ (as /root for root)
+    ckpt = _file(home / "model.pt")
+    spec = plan(_docker_cfg(checkpoint=ckpt, out=str(tmp_path / "out")), [], None, cwd=str(tmp_path))
+    assert str(home) not in spec.volumes and _mounts(spec)[ckpt] == "ro"
+
+
+def test_a_checkpoint_in_the_root_directory_never_mounts_it(tmp_path):
+    # /model.pt mounted / itself; the file is refused in one line when it is not there
+    with pytest.raises(ConfigError, match=r"^--checkpoint /no-such-model\.pt: no such file; give the checkpoint file"):
+        plan(_docker_cfg(checkpoint="/no-such-model.pt"), [], None, cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("flag", "path", "refusal"),
+    [
+        ("out", "/", "--out /: refuses to mount / into the container: give a directory of its own."),
+        ("watch", "/", "--watch /: refuses to mount / into the container: give a directory of its own."),
+        ("out", "/etc/simeval", "--out /etc/simeval: refuses to mount /etc/simeval (under /etc, a system directory)"),
+        ("watch", "/usr/lib", "--watch /usr/lib: refuses to mount /usr/lib (under /usr, a system directory)"),
+        ("out", "/home", "--out /home: refuses to mount /home into the container: give a directory of its own."),
+        ("watch", "/var", "--watch /var: refuses to mount /var into the container: give a directory of its own."),
+        ("out", "/root", "--out /root: refuses to mount /root into the container: give a directory of its own."),
+        ("checkpoint", "/etc/passwd", "--checkpoint /etc/passwd: refuses to mount /etc/passwd (under /etc, a system"),
+        ("suite", "/etc/hosts", "--suite /etc/hosts: refuses to mount /etc/hosts (under /etc, a system directory)"),
+    ],
+)
+def test_system_directories_are_never_mounted(tmp_path, flag, path, refusal):
+    with pytest.raises(ConfigError) as info:
+        plan(_docker_cfg(**{flag: path}), [], None, cwd=str(tmp_path))
+    assert str(info.value).startswith(refusal), str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_the_home_directory_and_symlinks_to_refused_places_are_refused(tmp_path, monkeypatch):
+    home = tmp_path / "home" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for flag, path in (("out", home), ("watch", home), ("out", home.parent)):
+        with pytest.raises(ConfigError, match=rf"^--{flag} {path}: refuses to mount {path} \(your home directory"):
+            plan(_docker_cfg(**{flag: str(path)}), [], None, cwd=str(tmp_path))
+    (tmp_path / "to-root").symlink_to("/")
+    with pytest.raises(ConfigError, match=r"^--out to-root: refuses to mount / into the container"):
+        plan(_docker_cfg(out="to-root"), [], None, cwd=str(tmp_path))  # decided on the resolved path
+    (tmp_path / "etc-file.pt").symlink_to("/etc/passwd")
+    with pytest.raises(ConfigError, match=r"^--checkpoint etc-file.pt: refuses to mount /etc/passwd \(under /etc"):
+        plan(_docker_cfg(checkpoint="etc-file.pt"), [], None, cwd=str(tmp_path))
+    # ~/runs/eval is a directory of its own: fine
+    spec = plan(_docker_cfg(out=str(home / "runs" / "eval")), [], None, cwd=str(tmp_path))
+    assert _mounts(spec) == {str(home / "runs" / "eval"): "rw"}
+
+
+def test_a_symlinked_checkpoint_is_mounted_from_its_target_at_the_path_given(tmp_path):
+    target = _file(tmp_path / "store" / "model_100.pt")
+    (tmp_path / "latest.pt").symlink_to(target)
+    spec = plan(_docker_cfg(checkpoint="latest.pt", out="out"), [], None, cwd=str(tmp_path))
+    assert spec.volumes[target] == {"bind": str(tmp_path / "latest.pt"), "mode": "ro"}
+
+
+def test_the_config_and_suite_files_are_mounted_not_their_directories(tmp_path):
+    config = _file(tmp_path / "launchers" / "x.yaml", "episodes: 2\n")
+    suite = _file(tmp_path / "suites" / "s.yaml", "name: s\n")
+    _file(tmp_path / "launchers" / "secrets.yaml")
+    spec = plan(_docker_cfg(suite="suites/s.yaml", out="out"), [], "launchers/x.yaml", cwd=str(tmp_path))
+    assert _mounts(spec) == {config: "ro", suite: "ro", str(tmp_path / "out"): "rw"}
+    with pytest.raises(ConfigError, match=r"^--suite nope.yaml: no such file"):
+        plan(_docker_cfg(suite="nope.yaml"), [], None, cwd=str(tmp_path))
+
+
+def test_a_run_directory_s_params_are_mounted_beside_the_checkpoint_file(tmp_path):
+    """What the readers look for beside a checkpoint (yaml_params.run_params) is mounted, read-only, and no more."""
+    from simeval.checkpoints.formats.yaml_params import run_params
+
+    for layout, subdir in (("rsl/model_100.pt", None), ("skrl/checkpoints/agent_100.pt", "checkpoints"),
+                           ("games/nn/last_x_ep_10_rew_1.5.pth", "nn")):  # fmt: skip
+        ckpt = _file(tmp_path / layout)
+        run = os.path.dirname(ckpt) if subdir is None else os.path.dirname(os.path.dirname(ckpt))
+        params = [_file(tmp_path / run / "params" / name, "seed: 1\n") for name in ("agent.yaml", "env.yaml")]
+        _file(tmp_path / run / "params" / "agent.pkl")  # a pickle beside them is not read, so not mounted
+        spec = plan(_docker_cfg(checkpoint=ckpt, out=str(tmp_path / "out")), [], None, cwd=str(tmp_path))
+        assert _mounts(spec) == {ckpt: "ro", params[0]: "ro", params[1]: "ro", str(tmp_path / "out"): "rw"}, layout
+        assert run_params(ckpt, subdir)["__path__"] in _mounts(spec)
+
+
+def test_sb3_vecnormalize_statistics_beside_the_zip_are_mounted(tmp_path, monkeypatch):
+    """Whatever sb3_vecnormalize.find picks for a zip (or names in its refusal) is mounted with it."""
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.formats.sb3_vecnormalize import find
+
+    monkeypatch.delenv("SIMEVAL_SB3_VECNORMALIZE", raising=False)
+    out = str(tmp_path / "out")
+    layouts = {
+        "a/model.zip": ["a/vecnormalize.pkl"],
+        "b/model.zip": ["b/model/vec_normalize.npz"],
+        "c/rl_model_1000_steps.zip": ["c/rl_model_vecnormalize_1000_steps.pkl", "c/vecnormalize.pkl"],
+    }
+    for zipped, stats in layouts.items():
+        ckpt = _file(tmp_path / zipped)
+        files = [_file(tmp_path / s) for s in stats]
+        _file(tmp_path / zipped.split("/")[0] / "unrelated.pkl")
+        mounts = _mounts(plan(_docker_cfg(checkpoint=ckpt, out=out), [], None, cwd=str(tmp_path)))
+        assert mounts == {ckpt: "ro", out: "rw", **dict.fromkeys(files, "ro")}, zipped
+        assert find(ckpt, "ppo", {}) in mounts
+    # the run saved statistics per step but not this step's: the reader refuses, naming one of the others
+    ckpt = _file(tmp_path / "d" / "rl_model_2000_steps.zip")
+    other = _file(tmp_path / "d" / "rl_model_vecnormalize_1000_steps.pkl")
+    _file(tmp_path / "d" / "vecnormalize.pkl")  # would be picked up inside if the others were not seen
+    mounts = _mounts(plan(_docker_cfg(checkpoint=ckpt, out=out), [], None, cwd=str(tmp_path)))
+    assert other in mounts
+    with pytest.raises(CheckpointError, match="rl_model_vecnormalize_1000_steps.pkl"):
+        find(ckpt, "ppo", {})
+    # $SIMEVAL_SB3_VECNORMALIZE passed in names a file: it is mounted too
+    named = _file(tmp_path / "stats" / "vn.npz")
+    monkeypatch.setenv("SIMEVAL_SB3_VECNORMALIZE", named)
+    cfg = _docker_cfg(checkpoint=ckpt, out=out, pass_env=["SIMEVAL_SB3_VECNORMALIZE"])
+    spec = plan(cfg, [], None, cwd=str(tmp_path))
+    assert _mounts(spec)[named] == "ro" and spec.environment["SIMEVAL_SB3_VECNORMALIZE"] == named
+
+
+def test_a_watched_run_s_params_in_the_parent_directory_are_mounted(tmp_path):
+    watch = tmp_path / "run" / "checkpoints"
+    watch.mkdir(parents=True)
+    agent = _file(tmp_path / "run" / "params" / "agent.yaml", "seed: 1\n")
+    _file(tmp_path / "run" / "notes.txt")
+    spec = plan(_docker_cfg(watch=str(watch), out=str(tmp_path / "out")), [], None, cwd=str(tmp_path))
+    assert _mounts(spec) == {str(watch): "ro", agent: "ro", str(tmp_path / "out"): "rw"}
+
+
+def test_only_simeval_s_own_settings_pass_into_the_container_by_default(tmp_path, monkeypatch):
+    host = {"WANDB_API_KEY": "w-secret", "MLFLOW_TRACKING_PASSWORD": "m-secret", "AWS_SECRET_ACCESS_KEY": "a-secret",
+            "MUJOCO_GL": "egl", "HF_TOKEN": "h-secret"}  # fmt: skip
+    for name, value in host.items():
+        monkeypatch.setenv(name, value)
+    for name in ("MUJOCO_EGL_DEVICE_ID", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    spec = plan(_docker_cfg(out="out"), [], None, cwd=str(tmp_path))
+    assert spec.environment == {"MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
+    # a logger's own variables go with it
+    env = plan(_docker_cfg(out="out", logger="wandb"), [], None, cwd=str(tmp_path)).environment
+    assert env["WANDB_API_KEY"] == "w-secret" and not any(k.startswith(("MLFLOW_", "AWS_")) for k in env)
+    env = plan(_docker_cfg(out="out", logger="mlflow"), [], None, cwd=str(tmp_path)).environment
+    assert env["MLFLOW_TRACKING_PASSWORD"] == "m-secret" and "WANDB_API_KEY" not in env
+    # --pass-env names others
+    env = plan(_docker_cfg(out="out", pass_env=["HF_TOKEN"]), [], None, cwd=str(tmp_path)).environment
+    assert env["HF_TOKEN"] == "h-secret" and "AWS_SECRET_ACCESS_KEY" not in env
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    for names, refusal in ((["NOT_SET_HERE"], "--pass-env NOT_SET_HERE: it is not set in this environment"),
+                           (["A=1"], "--pass-env 'A=1': give variable names")):  # fmt: skip
+        with pytest.raises(ConfigError, match="^" + re.escape(refusal)):
+            plan(_docker_cfg(out="out", pass_env=names), [], None, cwd=str(tmp_path))
+
+
+def test_the_container_has_no_network_unless_asked_or_a_logger_needs_one(tmp_path):
+    def network(**settings) -> str | None:
+        spec = plan(_docker_cfg(out="out", **settings), [], None, cwd=str(tmp_path))
+        return spec.create_kwargs("1000:1000").get("network_mode")
+
+    assert network() == "none"
+    assert network(network="host") == "host"
+    assert network(logger="wandb") is None  # the engine's default network (bridge)
+    assert network(logger="mlflow", network="tracking") == "tracking"
+    assert network(logger="tensorboard") == "none"
+    # --serve is reached by training from outside: without a network it could not be
+    with pytest.raises(ConfigError, match=r"^--serve in a container: .* give --network \(e.g. --network host\)\.$"):
+        network(serve="cheetah", backend="ray")
+    assert network(serve="cheetah", backend="ray", network="host") == "host"
+
+
+def test_pass_env_is_a_repeatable_container_flag_that_stays_outside(tmp_path):
+    from simeval.launch.cli import parse
+
+    argv = ["--launcher", "docker", "--image", "img", "--pass-env", "A", "B", "--pass-env=C", "--episodes", "2"]
+    parsed = parse([*argv, "--out", str(tmp_path / "out")])
+    assert parsed.cfg.pass_env == ["A", "B", "C"]
+    assert strip_flags(argv, ("--launcher", "--image", "--pass-env")) == ["--episodes", "2"]
+    with pytest.raises(ConfigError, match="--pass_env is a container setting|--pass-env is a container setting"):
+        parse(["--pass-env", "A"])
 
 
 class _LogStream:
@@ -239,27 +445,55 @@ def test_ci_script_builds_a_non_root_image_and_the_mujoco_tests_pass_inside(engi
     assert helped.returncode == 0 and "--watch" in helped.stdout
 
 
-def test_the_docker_launcher_evaluates_a_checkpoint_into_the_host_results(engine, image, checkpoints, tmp_path):
-    from simeval.checkpoints import file_hash
+def _inspect_while_it_runs(engine, proc, timeout: float = 120) -> dict:
+    """The engine's inspect of the launcher's container, taken while ``proc`` (the host launcher) runs it."""
+    import docker
 
+    client = docker.DockerClient(base_url=engine["DOCKER_HOST"])
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        for container in client.containers.list(all=True, filters={"label": LABEL}):
+            try:
+                return client.api.inspect_container(container.id)
+            except docker.errors.NotFound:
+                continue  # removed in the meantime
+        time.sleep(0.05)
+    raise AssertionError("the launcher's container was not seen: " + (proc.stderr.read() if proc.poll() else ""))
+
+
+def test_the_docker_launcher_evaluates_a_checkpoint_into_the_host_results(engine, image, tmp_path):
+    """The shipped checkpoint, mounted as the one file, read-only, in a container with no network: host results."""
+    from simeval.checkpoints import file_hash
+    from simeval.checkpoints.shipped import SHIPPED_RUN
+
+    checkpoint = os.path.join(SHIPPED_RUN, "step_000126976.pt")
     out = tmp_path / "out"
-    proc = cli(
-        "--launcher", "docker", "--image", image, "--network", "none",
-        "--checkpoint", checkpoints[1], "--out", str(out), *SMALL, env=engine,
+    proc = popen_cli(
+        "--launcher", "docker", "--image", image, "--checkpoint", checkpoint, "--out", str(out), *SMALL, env=engine,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    inspected = _inspect_while_it_runs(engine, proc)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    # what the container saw of the host: the checkpoint file (not its directory) and --out, nothing else
+    mounts = {m["Destination"]: (m["Source"], m["RW"]) for m in inspected["Mounts"]}
+    real = os.path.realpath
+    assert mounts == {checkpoint: (real(checkpoint), False), str(out): (real(out), True)}, mounts
+    assert inspected["HostConfig"]["NetworkMode"] == "none"
+    assert list(inspected["NetworkSettings"]["Networks"]) == ["none"]
+    assert inspected["Config"]["User"] == "1000:1000"  # as root here: the image's non-root user
+    assert not [e for e in inspected["Config"]["Env"] if e.startswith(("WANDB_", "MLFLOW_"))]
     (record,) = _records(out)
-    assert record["status"] == "ok" and record["step"] == 2000
-    assert record["checkpoint"] == checkpoints[1]  # the same path inside and out
-    assert record["checkpoint_sha256"] == file_hash(checkpoints[1])
+    assert record["status"] == "ok" and record["step"] == 126976
+    assert record["checkpoint"] == checkpoint  # the same path inside and out
+    assert record["checkpoint_sha256"] == file_hash(checkpoint)
     assert record["host"] == socket.gethostname()
     assert len(record["episode_returns"]) == 2
     # the container's logs were streamed here: its result table on stdout
-    assert "reward_ci_low" in proc.stdout and "results: " + str(out) in proc.stdout
+    assert "reward_ci_low" in stdout and "results: " + str(out) in stdout
     assert _containers(engine) == [], "the container was not removed"
     # same numbers as a local run of the same command
     local = tmp_path / "local"
-    assert cli("--checkpoint", checkpoints[1], "--out", str(local), *SMALL).returncode == 0
+    assert cli("--checkpoint", checkpoint, "--out", str(local), *SMALL).returncode == 0
     assert record["episode_returns"] == pytest.approx(_records(local)[0]["episode_returns"], rel=1e-5)
 
 

@@ -26,7 +26,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from simeval.checkpoints import CheckpointError, file_hash, load_checkpoint, peek_step
 from simeval.envs import OBS_NORM_ID, make_env
-from simeval.policies import build_policy
+from simeval.factories import build_policy
 from simeval.weights import load_weights, resolve_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -109,7 +109,7 @@ def test_actions_match_rsl_rls_inference_policy_with_and_without_agent_yaml(run,
     from tensordict import TensorDict
 
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
     from simeval.weights import load_weights
 
     log_dir, runner = run

@@ -79,7 +79,7 @@ def _simeval_actions(ck, obs: np.ndarray) -> np.ndarray:
     from tensordict import TensorDict
 
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
     from simeval.weights import load_weights
 
     env = make_env(ENV, num_envs=2, obs_norm=False)

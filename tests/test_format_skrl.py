@@ -251,7 +251,7 @@ def _simeval_actions(ck, obs: torch.Tensor) -> torch.Tensor:
     from tensordict import TensorDict
 
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
     from simeval.weights import load_weights
 
     env = make_env(ENV, num_envs=2, obs_norm=False)
@@ -395,6 +395,17 @@ def test_bad_skrl_input_is_one_line(runs, tmp_path):
     with pytest.raises(CheckpointError, match="output expression .* is not supported"):
         load_checkpoint(path)
     assert not marker.exists()
+
+    # Numbers are floats with bounded exponents: 10 ** 10 ** 8 (a Python integer on every step: a hang) is refused
+    # at load, and so is an expression that overflows into non-finite actions.
+    for expression, refusal in (
+        ("ACTIONS + 0 * (10 ** 10 ** 8)", r"the exponent 10 \*\* 8 is not a number of at most 16 in size"),
+        ("ACTIONS * 1e300 * 1e300", r"gives non-finite actions for network outputs"),
+    ):
+        path = _copy_run(runs["handwritten"], tmp_path / f"big-{len(refusal)}", HANDWRITTEN_CFG.replace(
+            "2 * tanh(ACTIONS)", expression))
+        with pytest.raises(CheckpointError, match=refusal):
+            load_checkpoint(path)
 
     # Layer sizes that do not fit the env: exit 2, one line.
     proc = subprocess.run(

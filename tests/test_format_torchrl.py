@@ -91,7 +91,7 @@ def trained(tmp_path_factory):
 
 def _simeval_policy(path):
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
     from simeval.weights import load_weights
 
     ck = load_checkpoint(path)

@@ -20,9 +20,15 @@ import pytest
 import torch
 import yaml
 from fuzz_inputs import (
+    BOMBS,
+    CFG_GADGETS,
+    EVIL_MODULE,
+    GADGETS,
+    MARKER,
     SEEDS,
     flip,
     fuzz_settings,
+    gadget_checkpoint,
     internal,
     main_file,
     mutate_structure,
@@ -84,7 +90,7 @@ def answers_in_one_line(path: str) -> None:
     """The oracle: ``path`` loads, builds and acts, or one line names the file and says what is wrong."""
     from tensordict import TensorDict
 
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy, weights_bound
     from simeval.weights import load_weights
 
     try:
@@ -94,8 +100,8 @@ def answers_in_one_line(path: str) -> None:
         assert message.startswith(f"{path}: "), message
         assert not internal(message[len(path) + 2 :]), message
         return
-    try:
-        policy = build_policy(ck.policy_factory, ck.policy_kwargs, env())
+    try:  # as the launcher does: the file's own factory (registered ones only), its kwargs within the weights' bound
+        policy = build_policy(ck.policy_factory, ck.policy_kwargs, env(), max_bytes=weights_bound(ck.policy))
         load_weights(policy, ck.policy, "policy")
         with torch.no_grad():
             policy(TensorDict({"observation": torch.zeros(1, 17)}, batch_size=[1]))
@@ -197,7 +203,7 @@ FLAGS = {
     "device": "word", "env": "word", "env-backend": "word", "num-envs": "number", "episodes": "number",
     "time-budget": "number", "max-steps": "number", "seed": "number", "policy": "word", "policy-kwargs": "json",
     "info-keys": "word", "format": "word", "logger": "word", "until-step": "number", "poll-interval": "number",
-    "start-timeout": "number",
+    "start-timeout": "number", "round-timeout": "number", "max-checkpoint-size": "size",
 }  # fmt: skip
 WORDS = ["thread", "process", "ray", "native", "warp", "cpu", "cuda:0", "cuda:9", "HalfCheetah-v5", "Hopper-v5",
          "isaaclab:X", "mjlab:X", "simeval", "rsl_rl", "csv", "tensorboard", "mlflow", "a:b", "os:system", "", " ",
@@ -205,7 +211,12 @@ WORDS = ["thread", "process", "ray", "native", "warp", "cpu", "cuda:0", "cuda:9"
 NUMBERS = ["0", "-1", "1", "2", "1.5", "-0.0", "nan", "inf", "-inf", "1e308", "1e-9", "99999999999999999999", "x", ""]
 
 
+SIZES = ["32G", "1K", "0", "-1G", "1.5T", "9" * 30 + "G", "nanG", "G", "64 MiB", "1e9"]
+
+
 def _value(kind: str) -> st.SearchStrategy[str]:
+    if kind == "size":
+        return st.one_of(st.sampled_from(SIZES), st.sampled_from(NUMBERS))
     if kind == "number":
         return st.one_of(st.sampled_from(NUMBERS), st.integers(-5, 5).map(str))
     if kind == "json":
@@ -355,7 +366,7 @@ def test_a_profile_value_of_the_wrong_kind_is_named_in_one_line(tmp_path, line, 
 
 
 def test_weights_that_hold_nan_or_the_wrong_dtype_are_refused_in_one_line(tmp_path):
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
     from simeval.weights import load_weights
 
     ck = load_checkpoint(_write(tmp_path, seeds()["simeval"]))
@@ -404,13 +415,13 @@ def test_a_simeval_checkpoint_without_its_weights_says_what_is_missing(tmp_path,
 @pytest.mark.parametrize(
     ("field", "value", "error"),
     [
-        ("policy_factory", "rimeval.policies:gaussian_actor", "policy factory 'rimeval.policies:gaussian_actor': "
-         "cannot import 'rimeval.policies' (No module named 'rimeval')"),
+        ("policy_factory", "rimeval.policies:gaussian_actor", "policy factory 'rimeval.policies:gaussian_actor' is "
+         "not registered"),
         ("policy_kwargs", {"hidden": [-1]}, "cannot build a policy from policy_kwargs {'hidden': [-1]}"),
     ],
 )  # fmt: skip
 def test_a_simeval_checkpoint_naming_a_factory_it_cannot_build_answers_in_one_line(tmp_path, field, value, error):
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
 
     files = dict(seeds()["simeval"])
     data = torch.load(io.BytesIO(files[main_file(files)]), weights_only=True)
@@ -421,3 +432,82 @@ def test_a_simeval_checkpoint_naming_a_factory_it_cannot_build_answers_in_one_li
     with pytest.raises(ValueError) as caught:
         build_policy(ck.policy_factory, ck.policy_kwargs, env())
     assert error in str(caught.value) and "\n" not in str(caught.value), caught.value
+
+
+# -- dictionaries: inputs that try to run code, and inputs that try to exhaust memory ---------------------------------
+
+
+@pytest.mark.parametrize("gadget", sorted(GADGETS))
+def test_a_checkpoint_naming_code_runs_none_of_it(tmp_path, monkeypatch, gadget):
+    """The oracle: the policy is refused in one line, no marker file appears, nothing named is imported."""
+    from simeval.factories import build_policy
+
+    factory, kwargs = GADGETS[gadget]
+    marker = tmp_path / "ran"
+    (tmp_path / "evilmod.py").write_text(EVIL_MODULE.replace(MARKER, str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))  # where a checkpoint's module name would be found, were it imported
+    monkeypatch.chdir(tmp_path)
+    shipped = seeds()["simeval"]["step_000125000.pt"]
+    raw = gadget_checkpoint(shipped, factory, kwargs, str(marker), str(tmp_path / "evilmod.py"))
+    path = _write(tmp_path / "ckpt", {"step_000125000.pt": raw})
+    answers_in_one_line(path)
+    ck = load_checkpoint(path)
+    with pytest.raises(ValueError) as caught:
+        build_policy(ck.policy_factory, ck.policy_kwargs, env())
+    assert "\n" not in str(caught.value) and not internal(str(caught.value)), caught.value
+    assert not marker.exists() and "evilmod" not in sys.modules
+
+
+# A reader's memory: the bombs would take 10 GB and more; each answer must come within this heap.
+BOMB_HEAP = 2 << 30
+_BOMB_RUNNER = """
+import json, resource, sys
+import test_fuzz
+answers = {}
+for path in sys.argv[1:]:
+    try:
+        test_fuzz.answers_in_one_line(path)
+        answers[path] = "answered"
+    except BaseException as exc:  # the oracle's failure or the heap's: either is reported
+        answers[path] = f"{type(exc).__name__}: {str(exc)[:300]}"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+print(json.dumps({"answers": answers, "peak_bytes": peak}))
+"""
+
+
+def _bounded_bomb_heap() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (BOMB_HEAP, BOMB_HEAP))
+
+
+def test_memory_bombs_are_answered_within_a_bounded_heap(tmp_path):
+    """Every bomb answered in one line by a process whose heap cannot hold any of them (docs/reliability.md)."""
+    paths = {name: make(str(tmp_path / name), seeds()) for name, make in BOMBS.items()}
+    proc = subprocess.run(
+        [sys.executable, "-c", _BOMB_RUNNER, *paths.values()],
+        capture_output=True, text=True, timeout=600, cwd=REPO, preexec_fn=_bounded_bomb_heap,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.path.join(REPO, "tests")])},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    failed = {name: report["answers"][path] for name, path in paths.items() if report["answers"][path] != "answered"}
+    assert not failed, failed
+    print(f"{len(paths)} bombs answered in one line; peak RSS {report['peak_bytes'] / 2**20:.0f} MiB")
+
+
+@pytest.mark.parametrize("gadget", sorted(CFG_GADGETS))
+@pytest.mark.parametrize("env", ["isaaclab:Simeval-Isaac-Cartpole", "mjlab:Mjlab-Velocity-Flat-Unitree-Go1"])
+def test_a_suite_whose_cfg_names_code_is_refused_at_load(tmp_path, env, gadget):
+    """Checked on the values alone, so without the simulator installed too (tests/isaac_lab checks the real cfg)."""
+    from simeval.launch.config import ConfigError
+    from simeval.launch.suite import load_suite
+
+    suite = {"name": "g", "tasks": [{"env": env, "conditions": {"evil": {"cfg": CFG_GADGETS[gadget]}}}]}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(ConfigError) as caught:
+        load_suite(str(path))
+    message = _one_line(caught.value)
+    assert message.startswith(f"{path}: tasks[0].conditions.evil.cfg"), message
+    assert not internal(message), message

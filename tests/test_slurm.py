@@ -230,3 +230,46 @@ def test_ray_cluster_job_fails_at_once_with_one_line_when_the_head_does_not_come
     assert expected in line and stderr.splitlines()[-1] == line, stderr[-3000:]
     assert "results:" not in stdout and not _records(tmp_path / "out")  # the launcher never started
     assert took < 60, f"the job took {took:.0f} s to fail"
+
+
+# -- settings read by the scripts: checked as text before any use (no Slurm needed) -------------------------------
+INJECTED = "HOME[$(touch {marker})]"  # bash arithmetic evaluates this, running touch
+
+
+def run_ray_script(tmp_path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """slurm/ray-cluster.sh run directly with bash, as its batch step would, with ``env`` set.
+
+    The Slurm config names a controller nobody runs (port 1): a script that got past its
+    checks would fail at its first srun, never reach a real cluster.
+    """
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=none\nSlurmctldHost=localhost\nSlurmctldPort=1\nNodeName=localhost CPUs=1\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SIMEVAL_", "RAY_"))}
+    full = {**base, "SIMEVAL_HOME": REPO, "SLURM_CONF": str(conf), "SLURM_JOB_NODELIST": "localhost",
+            "SIMEVAL_RAY_HEAD_IP": "127.0.0.1", "RAY_AUTH_TOKEN": "t", **env}  # fmt: skip
+    return subprocess.run(
+        ["bash", os.path.join(REPO, "slurm", "ray-cluster.sh"), "--checkpoint", "x.pt"],
+        env=full, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "must_be"),
+    [
+        ("SIMEVAL_RAY_BASE_PORT", INJECTED, "a whole number from 1024 to 65436"),
+        ("SIMEVAL_RAY_BASE_PORT", "70000", "a whole number from 1024 to 65436"),
+        ("SIMEVAL_RAY_BASE_PORT", "20000+1", "a whole number from 1024 to 65436"),
+        ("SIMEVAL_RAY_HEAD_TIMEOUT", INJECTED, "a whole number from 1 to"),
+        ("SLURM_JOB_ID", INJECTED, "a whole number from 0 to"),
+        ("SLURM_CPUS_PER_TASK", "two", "a whole number from 0 to"),
+        ("SIMEVAL_RAY_GPUS_PER_NODE", "1.5", "a whole number from 0 to"),
+    ],
+)
+def test_a_bad_numeric_setting_of_the_ray_script_is_one_line_and_exit_2_before_any_use(tmp_path, name, value, must_be):
+    marker = tmp_path / "marker"
+    proc = run_ray_script(tmp_path, {name: value.format(marker=marker)})
+    assert not marker.exists(), f"{name} was evaluated as an expression: it ran a command"
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"simeval: {name} must be {must_be}") and value.format(marker=marker) in line, line
+    assert proc.stdout == ""  # refused before anything started

@@ -152,6 +152,14 @@ def test_a_restart_evaluates_only_the_missing_cells(suite_setup, first_run, tmp_
         ("name: x\ntasks:\n  - env: HalfCheetah-v5\n  - env: HalfCheetah-v5\n", "listed twice"),
         ("name: x\ntasks:\n  - env: HalfCheetah-v5\n    reference: {low: 1}\n", "tasks[0].reference"),
         ("tasks: [\n", "not valid YAML"),
+        ("name: x\ntasks:\n  - env: isaaclab:Simeval-Isaac-Cartpole\n    conditions:\n"
+         "      evil: {cfg: {events.add_pole_mass.func: 'os:system'}}\n",
+         "tasks[0].conditions.evil.cfg.events.add_pole_mass.func: 'func' names a callable"),
+        ("name: x\ntasks:\n  - env: mjlab:Mjlab-Velocity-Flat-Unitree-Go1\n    conditions:\n"
+         "      evil: {cfg: {rewards.track.weight: 'lambda env: 0'}}\n",
+         "tasks[0].conditions.evil.cfg.rewards.track.weight: 'lambda env: 0' names a callable (module:attr) or is"),
+        ("name: x\ntasks:\n  - env: HalfCheetah-v5\n    conditions: {heavy: {cfg: {body_mass: 2.0}}}\n",
+         "tasks[0].conditions.heavy.cfg: cfg overrides apply to Isaac Lab and mjlab tasks only"),
     ],
 )  # fmt: skip
 def test_a_bad_suite_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, words):

@@ -35,9 +35,9 @@ def load_counts(monkeypatch):
     """How often each file is loaded in full (the real loader runs)."""
     counts: dict[str, int] = {}
 
-    def counting(path, format=None):
+    def counting(path, format=None, **bounds):
         counts[os.path.basename(path)] = counts.get(os.path.basename(path), 0) + 1
-        return load_checkpoint(path, format)
+        return load_checkpoint(path, format, **bounds)
 
     monkeypatch.setattr(sources, "load_checkpoint", counting)
     return counts
@@ -61,10 +61,10 @@ def test_names_already_recorded_are_not_yielded_again(three, tmp_path):
 def test_a_file_rotated_away_before_its_turn_is_skipped(three, tmp_path, monkeypatch):
     directory = _run_dir(tmp_path, three)
 
-    def rotate_then_load(path, format=None):
+    def rotate_then_load(path, format=None, **bounds):
         if path.endswith("step_0002000.pt"):
             os.unlink(path)  # training's checkpoint rotation, between the peek and the load
-        return load_checkpoint(path, format)
+        return load_checkpoint(path, format, **bounds)
 
     monkeypatch.setattr(sources, "load_checkpoint", rotate_then_load)
     items = list(Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05))

@@ -61,7 +61,7 @@ class Backend(abc.ABC):
     future receives the raw metrics dict, or an EvalError. A backend never
     leaves a future pending: worker crashes, start-up failures and shutdown
     all complete it, and a request started after shutdown fails at once.
-    Subclasses implement ``_start`` and ``_shutdown``, and complete futures
+    Subclasses implement ``_start``, ``_shutdown`` and ``_replace_worker``, and complete futures
     with :func:`complete`: one completed inside ``_start`` (a start-up failure,
     a child already gone) is completed only once ``start`` released its lock,
     so its done-callbacks (the request queue launches the next request from
@@ -103,6 +103,19 @@ class Backend(abc.ABC):
             self._closed = True
         self._shutdown(timeout)
 
+    def time_out(self, future: Future, error: EvalError) -> bool:
+        """Fail the running round ``future`` with ``error`` and replace its worker, unless the round already ended.
+
+        Called when a round overran its deadline (``round_timeout_s``). The worker is replaced before the
+        future completes, so a request started from the future's callbacks runs on the fresh worker; the
+        old worker's own answer, should it ever come, completes nothing. True if ``error`` completed it.
+        """
+        with self._gate:
+            if self._closed or future.done():
+                return False
+            self._replace_worker(error)
+        return complete(future, exc=error)
+
     @abc.abstractmethod
     def _start(
         self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
@@ -110,6 +123,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _shutdown(self, timeout: float) -> None: ...
+
+    @abc.abstractmethod
+    def _replace_worker(self, error: EvalError) -> None:
+        """Give up the running round's worker (killed where it can be) and make way for a fresh one (gate held).
+
+        ``error`` is what the round fails with; an answer the old worker still gives must not complete it.
+        """
 
 
 @contextlib.contextmanager

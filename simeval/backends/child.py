@@ -21,7 +21,8 @@ def serve(conn: Connection) -> None:
     from simeval.backends.host import WorkerHost
 
     kind, setup = conn.recv()
-    assert kind == "init", kind
+    if kind != "init":
+        raise RuntimeError(f"a worker's first message must be init, got {kind!r}")
     sys.path[:] = setup["sys_path"]  # exactly the parent's (a Ray actor only adds the missing entries)
     host = WorkerHost(setup)
     if not host.start():

@@ -51,7 +51,7 @@ def run_init_fn(init_fn: str | bytes | None) -> None:
 
         import cloudpickle  # noqa: F401  (cloudpickle's loader is plain pickle)
 
-        init_fn = pickle.loads(init_fn)
+        init_fn = pickle.loads(init_fn)  # noqa: S301 - the parent process's own pickle, over its private pipe
     from simeval.refs import resolve_callable
 
     resolve_callable(init_fn, "init_fn")()
@@ -79,7 +79,7 @@ class WorkerHost:
             run_init_fn(setup["init_fn"])
             import pickle
 
-            settings, env_factory, policy_factory = pickle.loads(setup["payload"])
+            settings, env_factory, policy_factory = pickle.loads(setup["payload"])  # noqa: S301 - the parent's
             from simeval.worker.eval_worker import EvalWorker
 
             self.worker = EvalWorker(settings, env_factory=env_factory, policy_factory=policy_factory)

@@ -23,7 +23,7 @@ from typing import Any
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
 from simeval.backends.host import make_setup
 from simeval.backends.shm import SharedStaging
-from simeval.errors import EvalError
+from simeval.errors import EvalError, WorkerLost
 from simeval.settings import RoundOverrides
 
 
@@ -38,7 +38,7 @@ class _Child:
     def __init__(self, setup: dict, env: Mapping[str, str], start_timeout: float) -> None:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
-        self.proc = subprocess.Popen(
+        self.proc = subprocess.Popen(  # noqa: S603 - this interpreter and simeval's own module, no shell
             [sys.executable, "-m", "simeval.backends.child", str(fd)], pass_fds=(fd,), env=dict(env)
         )
         child_sock.close()
@@ -61,7 +61,7 @@ class _Child:
         """A child stuck in init_fn or in building its env must not leave callers waiting."""
         if self.ready.is_set() or self.proc.poll() is not None:
             return
-        self.fatal = EvalError(
+        self.fatal = WorkerLost(
             f"process eval worker did not start within {start_timeout:g} s (init_fn or the env/policy "
             "factory is stuck); raise start_timeout if start-up is legitimately slow."
         )
@@ -93,7 +93,7 @@ class _Child:
         if self.closing:
             exc = cancelled()
         else:
-            exc = self.fatal or EvalError(f"process eval worker died (exit code {code}).")
+            exc = self.fatal or WorkerLost(f"process eval worker died (exit code {code}).")
         self._finish(exc=exc, last=True)
 
     def _finish(self, result: Any = None, exc: EvalError | None = None, last: bool = False) -> None:
@@ -112,12 +112,21 @@ class _Child:
             if not ended:
                 self.future = future
         if ended:
-            complete(future, exc=self.fatal or EvalError("process eval worker died before the request reached it."))
+            complete(future, exc=self.fatal or WorkerLost("process eval worker died before the request reached it."))
             return
         try:
             self.conn.send(msg)
         except OSError:
             pass  # the reader sees the dead child and fails the future
+
+    def abandon(self) -> None:
+        """Kill the child now, its running request detached: whoever gave up on the round completes it."""
+        with self.lock:
+            self.future = None
+            self.closing = True  # the reader completes nothing when it sees the child end
+        self.watchdog.cancel()
+        with contextlib.suppress(OSError):
+            self.proc.kill()  # the reader reaps it
 
     def stop(self, timeout: float) -> None:
         self.closing = True
@@ -136,7 +145,10 @@ class _Child:
 
 
 class ProcessBackend(Backend):
-    """One child process at a time; a dead or failed child is replaced at the next request."""
+    """One child process at a time; a dead or failed child is replaced at the next request.
+
+    A child whose round timed out is killed at once and a fresh one started in its place.
+    """
 
     name = "process"
 
@@ -172,6 +184,11 @@ class ProcessBackend(Backend):
             child = self._child
         described = self._staging.write(weights) if weights else None
         child.send(("eval", step, described, overrides), future)
+
+    def _replace_worker(self, error: EvalError) -> None:
+        """Kill the child running a timed-out round and start a fresh one for the next request."""
+        self._child.abandon()
+        self._child = self._spawn()  # starts now, overlapping with the wait for the next request
 
     def _shutdown(self, timeout: float) -> None:
         self._child.stop(timeout)

@@ -41,7 +41,7 @@ from simeval.backends.ray_slots import (
     is_worker_death,
     unwrap_actor_error,
 )
-from simeval.errors import EvalError
+from simeval.errors import EvalError, WorkerLost
 from simeval.settings import RoundOverrides
 
 if TYPE_CHECKING:
@@ -54,11 +54,19 @@ _POLL_S = 0.5
 
 
 @dataclass(eq=False)
+class _RoundControl:
+    """One round's fate as others decide it: ``failed`` (set under the backend's lock) ends the round."""
+
+    failed: EvalError | None = None  # its timeout: the round's thread stops and touches no slot again
+
+
+@dataclass(eq=False)
 class _Job:
     """A shard of the running round (or the whole round) and the slot running it."""
 
     shard: Any  # simeval.shards.Shard, or None for a round run whole by one worker
     slot: Slot
+    ctl: _RoundControl
     ref: Any = None
     restarts: int = 0
 
@@ -110,6 +118,7 @@ class RayBackend(Backend):
             for slot in self._slots.slots:
                 self._slots.ensure(slot)
         self._thread: threading.Thread | None = None
+        self._running: _RoundControl | None = None  # the latest round's
         self._closing = False
 
     @classmethod
@@ -187,8 +196,9 @@ class RayBackend(Backend):
 
             # One copy to CPU (training keeps changing its tensors); Ray ships it from there.
             payload = {k: as_weights(v).apply(lambda t: t.detach().to("cpu", copy=True)) for k, v in weights.items()}
+        self._running = ctl = _RoundControl()
         self._thread = threading.Thread(
-            target=self._run, args=(step, payload, overrides, future), name="simeval-ray-round", daemon=True
+            target=self._run, args=(step, payload, overrides, future, ctl), name="simeval-ray-round", daemon=True
         )
         self._thread.start()
 
@@ -198,9 +208,10 @@ class RayBackend(Backend):
         payload: dict[str, TensorDictBase] | None,
         overrides: RoundOverrides | None,
         future: Future,
+        ctl: _RoundControl,
     ) -> None:
         try:
-            raws = self._round(step, payload, overrides)
+            raws = self._round(step, payload, overrides, ctl)
         except _RoundFailed as exc:
             complete(future, exc=cancelled() if self._closing else exc.args[0])
             return
@@ -227,17 +238,23 @@ class RayBackend(Backend):
         complete(future, raw)
 
     def _round(
-        self, step: int, payload: dict[str, TensorDictBase] | None, overrides: RoundOverrides | None
+        self,
+        step: int,
+        payload: dict[str, TensorDictBase] | None,
+        overrides: RoundOverrides | None,
+        ctl: _RoundControl,
     ) -> list[dict]:
         """Run every shard to a result, re-running those whose worker died; raws in shard order."""
         ray = self._ray
         ref = ray.put(payload) if payload is not None else None
         with self._lock:
             for slot in self._slots.slots:
-                self._ensure(slot)
+                self._ensure(slot, ctl)
         shards = self._round_shards(overrides) or [None]
         # A shard whose sub-envs have no episodes to run (fewer episodes than sub-envs) is not sent.
-        jobs = [_Job(shard, self._slots[i]) for i, shard in enumerate(shards) if shard is None or sum(shard.quotas)]
+        jobs = [
+            _Job(shard, self._slots[i], ctl) for i, shard in enumerate(shards) if shard is None or sum(shard.quotas)
+        ]
         done: dict[int, dict] = {}
         for job in jobs:
             self._submit(job, step, ref, overrides)
@@ -247,6 +264,8 @@ class RayBackend(Backend):
             ray.wait([j.ref for j in running] + probes, num_returns=1, timeout=_POLL_S)
             if self._closing:
                 raise _RoundFailed(cancelled())
+            if ctl.failed is not None:  # timed out: its workers were killed, the next round makes new ones
+                raise _RoundFailed(ctl.failed)
             for slot in {j.slot for j in running}:
                 if slot.probe is not None and ray.wait([slot.probe], timeout=0)[0]:
                     self._probe(slot)
@@ -272,12 +291,14 @@ class RayBackend(Backend):
         num_envs = sum(s.size for s in self._shards)
         return sharding.plan(num_envs, len(self._shards), overrides.num_trajectories)
 
-    def _ensure(self, slot: Slot) -> None:
-        """Give ``slot`` an actor if it lost one (under ``_lock``); never after shutdown began."""
+    def _ensure(self, slot: Slot, ctl: _RoundControl | None = None) -> None:
+        """Give ``slot`` an actor if it lost one (under ``_lock``); never after shutdown or ``ctl``'s round failed."""
         if self._closing:
             raise _RoundFailed(cancelled())
+        if ctl is not None and ctl.failed is not None:
+            raise _RoundFailed(ctl.failed)
         if slot.actor is None and slot.setup is None:
-            raise _RoundFailed(EvalError("the served Ray evaluator is gone; connect again."))
+            raise _RoundFailed(WorkerLost("the served Ray evaluator is gone; connect again."))
         self._slots.ensure(slot)
 
     def _submit(
@@ -297,7 +318,7 @@ class RayBackend(Backend):
             if idle:
                 job.slot = idle[0]
         with self._lock:
-            self._ensure(job.slot)
+            self._ensure(job.slot, job.ctl)
             actor = job.slot.actor
         job.ref = actor.run.remote(step, ref, overrides, job.shard)
 
@@ -312,8 +333,8 @@ class RayBackend(Backend):
             slot = job.slot
             if slot.probe is not None and self._slots.overdue(slot, self._start_timeout):
                 with self._lock:
-                    self._slots.drop(slot, kill=slot.setup is not None)
-                raise _RoundFailed(EvalError(self._unschedulable(slot)))
+                    self._drop(job, kill=slot.setup is not None)
+                raise _RoundFailed(WorkerLost(self._unschedulable(slot)))
 
     def _unschedulable(self, slot: Slot) -> str:
         who = "the Ray eval actor" if len(self._slots) == 1 else f"Ray eval worker {slot.index} of {len(self._slots)}"
@@ -332,16 +353,17 @@ class RayBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - actor died, was killed, or its node was lost
             owned = slot.setup is not None
             with self._lock:
-                self._slots.drop(slot, kill=owned)
+                self._drop(job, kill=owned)
             message, tb = unwrap_actor_error(exc)
-            if not owned:
-                raise _RoundFailed(EvalError(f"Ray eval actor failed: {message}", tb)) from None
-            if not is_worker_death(self._ray, exc):
-                raise _RoundFailed(EvalError(f"Ray eval actor failed: {message}", tb)) from None
+            died = is_worker_death(self._ray, exc)
+            if not owned or not died:
+                raise _RoundFailed(
+                    (WorkerLost if died else EvalError)(f"Ray eval actor failed: {message}", tb)
+                ) from None
             job.restarts += 1
             if job.restarts > self._max_restarts:
                 raise _RoundFailed(
-                    EvalError(
+                    WorkerLost(
                         f"{slot.name(len(self._slots))} died {job.restarts} time(s) in this round "
                         f"(max_restarts={self._max_restarts}): {message}",
                         tb,
@@ -361,9 +383,15 @@ class RayBackend(Backend):
             return raw
         if outcome[0] == "fatal":
             with self._lock:
-                self._slots.drop(slot, kill=slot.setup is not None)  # an owned actor is replaced by a fresh one
+                self._drop(job, kill=slot.setup is not None)  # an owned actor is replaced by a fresh one
             raise _RoundFailed(EvalError(f"Ray eval worker failed to start: {outcome[1]}", outcome[2]))
         raise _RoundFailed(EvalError(f"Ray eval worker failed: {outcome[1]}", outcome[2]))
+
+    def _drop(self, job: _Job, kill: bool) -> None:
+        """Forget (and kill) the job's actor, under ``_lock``; a timed-out round's slots are the next round's."""
+        if job.ctl.failed is not None:
+            raise _RoundFailed(job.ctl.failed)
+        self._slots.drop(job.slot, kill=kill)
 
     def _wait_ready(self, slots: list[Slot]) -> None:
         """Block (in short waits, at most ``start_timeout``) until each slot's actor is up."""
@@ -378,13 +406,26 @@ class RayBackend(Backend):
                 elif self._closing:
                     raise cancelled()
                 elif time.monotonic() >= deadline:
-                    raise EvalError(self._unschedulable(slot))
+                    raise WorkerLost(self._unschedulable(slot))
 
     def _ensure_or_raise(self, slot: Slot) -> None:
         try:
             self._ensure(slot)
         except _RoundFailed as exc:
             raise exc.args[0] from None
+
+    def _replace_worker(self, error: EvalError) -> None:
+        """End the timed-out round (its thread raises ``error``) and kill its actors; the next round makes new ones.
+
+        Every owned worker goes, not only a stuck one: a Ray actor runs its calls one at a time, so an
+        actor still busy with the old round would hold up the next. A borrowed actor (``connect()``) is left.
+        """
+        with self._lock:
+            if self._running is not None:
+                self._running.failed = error
+            for slot in self._slots.slots:
+                if slot.setup is not None:
+                    self._slots.drop(slot, kill=True)
 
     def _shutdown(self, timeout: float) -> None:
         self._closing = True

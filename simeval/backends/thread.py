@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
@@ -15,21 +16,41 @@ from simeval.weights import LocalStaging
 from simeval.worker.eval_worker import EvalWorker
 
 
+@dataclass(eq=False)
+class _Lane:
+    """One worker, the daemon thread that runs its rounds, and its request queue.
+
+    ``abandoned``: the lane's round timed out; the thread (which cannot be killed) completes nothing
+    more and ends when it next reaches a step boundary.
+    """
+
+    worker: EvalWorker
+    requests: queue.Queue = field(default_factory=queue.Queue)
+    thread: threading.Thread | None = None
+    abandoned: bool = False
+
+
 class ThreadBackend(Backend):
     """Runs rounds on a daemon thread; shutdown stops a round between two env steps.
 
     The thread closes the worker (and an env it built) on its way out, so an
     env is closed even when ``shutdown``'s timeout ends before the round stops.
+    A round that times out leaves its thread behind (a Python thread cannot be
+    killed): it is told to stop at its next step and the next round runs on a
+    fresh worker and thread. A fresh worker needs its own env and policy: from
+    the factories, or, where the caller passed instances, once the old thread
+    has let go of them.
     """
 
     name = "thread"
 
-    def __init__(self, worker: EvalWorker) -> None:
+    def __init__(self, make_worker: Callable[[], EvalWorker], shares_instances: bool = False) -> None:
         super().__init__()
-        self._worker = worker
+        self._make_worker = make_worker
+        self._shares_instances = shares_instances  # the caller's env/policy objects: one thread at a time
         self._staging = LocalStaging()
-        self._requests: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._lane: _Lane | None = self._new_lane()
+        self._abandoned: list[threading.Thread] = []
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
@@ -42,44 +63,79 @@ class ThreadBackend(Backend):
                 env = env()  # torchrl's eager path: a factory with a ready policy
             if policy is None:
                 policy = recipe.policy_factory(env)
-            worker = EvalWorker(recipe.settings, env=env, policy=policy)
-        else:
-            worker = EvalWorker(recipe.settings, env_factory=env, policy_factory=recipe.policy_factory)
+            return cls(lambda: EvalWorker(recipe.settings, env=env, policy=policy), shares_instances=True)
+        return cls(lambda: EvalWorker(recipe.settings, env_factory=env, policy_factory=recipe.policy_factory))
+
+    def _new_lane(self) -> _Lane:
+        worker = self._make_worker()
         worker.owns_thread = True
-        return cls(worker)
+        return _Lane(worker)
 
     def _start(
         self, step: int, weights: Mapping[str, Any] | None, future: Future, overrides: RoundOverrides | None
     ) -> None:
+        lane = self._lane or self._replacement(future)
+        if lane is None:
+            return
         staged = self._staging.write(weights) if weights else None
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="simeval-thread-worker", daemon=True)
-            self._thread.start()
-        self._requests.put((step, staged, future, overrides))
+        if lane.thread is None:
+            lane.thread = threading.Thread(target=self._loop, args=(lane,), name="simeval-thread-worker", daemon=True)
+            lane.thread.start()
+        lane.requests.put((step, staged, future, overrides))
 
-    def _loop(self) -> None:
+    def _replacement(self, future: Future) -> _Lane | None:
+        """A fresh lane after a timed-out round; None (and ``future`` failed) while the old thread holds instances."""
+        self._abandoned = [t for t in self._abandoned if t.is_alive()]
+        if self._shares_instances and self._abandoned:
+            complete(
+                future,
+                exc=EvalError(
+                    "the round before timed out and its thread is still running in the env and policy you passed; "
+                    "pass an env factory and policy_factory so a timed-out round's worker can be rebuilt, or use "
+                    "backend='process'."
+                ),
+            )
+            return None
+        self._lane = self._new_lane()
+        return self._lane
+
+    def _loop(self, lane: _Lane) -> None:
         try:
             while True:
-                item = self._requests.get()
+                item = lane.requests.get()
                 if item is None:
                     return
                 step, staged, future, overrides = item
                 try:
-                    raw = self._worker.run(staged, step, overrides)
+                    raw, exc = lane.worker.run(staged, step, overrides), None
                 except Cancelled:
-                    complete(future, exc=cancelled())
-                except BaseException as exc:  # noqa: BLE001 - every failure must reach the caller
-                    complete(future, exc=EvalError.from_exception(exc, "thread eval worker"))
-                else:
-                    complete(future, raw)
+                    raw, exc = None, cancelled()
+                except BaseException as err:  # noqa: BLE001 - every failure must reach the caller
+                    raw, exc = None, EvalError.from_exception(err, "thread eval worker")
+                if not lane.abandoned:  # a timed-out round was already failed: its late answer is nobody's
+                    complete(future, raw, exc)
         finally:
-            self._worker.close()
+            lane.worker.close()
+
+    def _replace_worker(self, error: EvalError) -> None:
+        """Abandon the lane of a timed-out round: stop it at its next step; the next round gets a fresh lane."""
+        lane, self._lane = self._lane, None
+        if lane is None:
+            return
+        lane.abandoned = True  # before stop: a round that stops now must not complete with "cancelled"
+        lane.worker.stop.set()
+        lane.requests.put(None)
+        if lane.thread is not None:
+            self._abandoned.append(lane.thread)
+        self._staging = LocalStaging()  # the stuck thread may still read the old buffers
 
     def _shutdown(self, timeout: float) -> None:
-        thread = self._thread  # start() cannot run any more: the gate is closed
-        self._worker.stop.set()
-        if thread is None:
-            self._worker.close()
+        lane = self._lane  # start() cannot run any more: the gate is closed
+        if lane is None:
             return
-        self._requests.put(None)
-        thread.join(timeout)  # if a step outlasts the timeout, the thread closes the worker when it ends
+        lane.worker.stop.set()
+        if lane.thread is None:
+            lane.worker.close()
+            return
+        lane.requests.put(None)
+        lane.thread.join(timeout)  # if a step outlasts the timeout, the thread closes the worker when it ends

@@ -17,21 +17,29 @@ from typing import Any, TypeVar
 
 from simeval.checkpoints import formats
 from simeval.checkpoints.base import Checkpoint, CheckpointError
+from simeval.checkpoints.bounds import (
+    DEFAULT_MAX_BYTES,
+    HEADER_BYTES,
+    check_kind,
+    check_size,
+    check_zip,
+    kind_of,
+    torch_load,
+)
 
 _T = TypeVar("_T")
 
 
-def _refusal(path: str, exc: BaseException, raw: bytes) -> CheckpointError:
-    """One line saying why torch refused or failed to load ``path`` (``raw``: its bytes)."""
-    if not raw:
+def _refusal(path: str, exc: BaseException | None, head: bytes, source: str | bytes) -> CheckpointError:
+    """One line saying why torch refused or failed to load ``path`` (``head``: its first bytes; ``source``: the
+    file's path or bytes, looked at only to tell a damaged archive)."""
+    if not head:
         return CheckpointError(f"{path}: empty file (0 bytes): a checkpoint that was never written.")
-    if b"PK\x03\x04".startswith(raw[:4]) and _zip_names(raw) is None or isinstance(exc, EOFError):
+    damaged = b"PK\x03\x04".startswith(head[:4]) and _zip_names(source) is None
+    if damaged or isinstance(exc, EOFError):
         # torch's files are zip archives: a cut or damaged one fails in its zip reader, or ends early.
-        return CheckpointError(
-            f"{path}: truncated or corrupt file: its archive does not check out (cut short, or changed after it "
-            "was written); copy it again from where training wrote it."
-        )
-    if isinstance(exc, pickle.UnpicklingError):
+        return _truncated(path)
+    if isinstance(exc, pickle.UnpicklingError) and kind_of(head) is not None:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
         what = f"it references {found.group(1)}" if found else "it holds objects other than tensors and plain data"
         return CheckpointError(f"{path}: refused to load: {what} (only tensors and plain data are allowed).")
@@ -41,56 +49,97 @@ def _refusal(path: str, exc: BaseException, raw: bytes) -> CheckpointError:
     )
 
 
-def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Checkpoint:
+def _truncated(path: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: truncated or corrupt file: its archive does not check out (cut short, or changed after it "
+        "was written); copy it again from where training wrote it."
+    )
+
+
+def load_checkpoint(
+    path: str | os.PathLike, format: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Checkpoint:
     """Read a checkpoint of any format simeval knows, without unpickling arbitrary objects.
 
     The format is recognised by content (``format`` names it instead: one of
     ``simeval.checkpoints.formats.names()``). The file is read once: its sha256
     (``Checkpoint.sha256``) is that of the bytes loaded, so a file replaced
-    afterwards cannot be recorded with the wrong hash. Raises CheckpointError
-    (one line, naming the file) for a missing, truncated, corrupt, foreign or
-    code-carrying file.
+    afterwards cannot be recorded with the wrong hash. Reading is bounded
+    (:mod:`simeval.checkpoints.bounds`): a file over ``max_bytes``, whose first
+    bytes are no checkpoint's, a zip that would expand past ``max_bytes`` (or
+    is a zip bomb) is refused before it is read, and tensors that are not
+    compact (expanded views) are refused before any copy. Raises
+    CheckpointError (one line, naming the file) for a missing, oversized,
+    truncated, corrupt, foreign or code-carrying file.
     """
     path = os.fspath(path)
     _check_format(format)
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            size = os.fstat(f.fileno()).st_size
+            check_size(path, size, max_bytes)
+            head = f.read(HEADER_BYTES)
+            kind = kind_of(head)
+            if kind is None:
+                raise _refusal(path, None, head, head)
+            check_kind(path, kind, size)
+            f.seek(0)
+            if kind == "zip" and not check_zip(path, f, max_bytes):
+                raise _truncated(path)
+            f.seek(0)
+            raw = _read_bounded(path, f, size, max_bytes)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint file.") from None
     except IsADirectoryError:
         raise CheckpointError(f"{path}: a directory, not a checkpoint file (--watch takes a run directory).") from None
-    data, err = formats.torch_data(raw)
+    data, err = formats.torch_data(raw, path, max_bytes)
     name = _format_of(path, raw, data, err, format)
     ck = _reading(path, name, lambda: formats.module(name).read(path, raw, data))
     ck.sha256 = hashlib.sha256(raw).hexdigest()
     return ck
 
 
+def _read_bounded(path: str, f: io.BufferedReader, size: int, max_bytes: int) -> bytes:
+    """The rest of ``f`` (``size`` bytes when it was opened; a file still being written may have grown),
+    never more than ``max_bytes``."""
+    parts = [f.read(size)]
+    total = len(parts[0])
+    while chunk := f.read(1 << 20):
+        total += len(chunk)
+        check_size(path, total, max_bytes)
+        parts.append(chunk)
+    return b"".join(parts) if len(parts) > 1 else parts[0]
+
+
 def _format_of(path: str, raw: bytes | None, data: Any, err: BaseException | None, format: str | None) -> str:
     """The format that reads ``path``, or the CheckpointError saying why none can.
 
-    ``raw`` is the file's bytes, or None where only the step is wanted (read from
-    disk then only to word an error); ``data``/``err`` are torch's load of it.
+    ``raw`` is the file's bytes, or None where only the step is wanted (the
+    file is then looked at, a header and a zip directory, only to word an
+    error); ``data``/``err`` are torch's load of it.
     """
+    head = raw[:HEADER_BYTES] if raw is not None else _head(path)
+    source = raw if raw is not None else path
     if isinstance(err, pickle.UnpicklingError) and formats.detect(path, raw, None) is None:
         # A torch file that carries code: refused, whatever --format says. Files of a format read without
         # torch (ONNX: the weights-only unpickler fails on its first byte) go to that format's reader.
-        raise _refusal(path, err, _bytes(path, raw)) from err
+        raise _refusal(path, err, head, source) from err
     name = format or formats.detect(path, raw, data)
     if name is None:
-        raw = _bytes(path, raw)
-        names = _zip_names(raw)
+        names = _zip_names(source)
         of_another_kind = names is not None and not any(n.endswith("data.pkl") for n in names)  # not a torch zip
-        raise (_refusal(path, err, raw) if err is not None and not of_another_kind else _unknown(path)) from err
+        refused = err is not None and not of_another_kind
+        raise (_refusal(path, err, head, source) if refused else _unknown(path)) from err
     return name
 
 
-def _bytes(path: str, raw: bytes | None) -> bytes:
-    if raw is not None:
-        return raw
-    with open(path, "rb") as f:
-        return f.read()
+def _head(path: str) -> bytes:
+    """The first bytes of the file at ``path`` (b"" if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(HEADER_BYTES)
+    except OSError:
+        return b""
 
 
 def _reading(path: str, name: str, call: Callable[[], _T]) -> _T:
@@ -103,12 +152,13 @@ def _reading(path: str, name: str, call: Callable[[], _T]) -> _T:
         raise _malformed(path, name) from exc  # the reader's own error stays on the chain, for --debug
 
 
-def _zip_names(raw: bytes) -> list[str] | None:
-    """The member names of a sound zip archive (directory lists, CRCs check out); None for a damaged or no zip."""
+def _zip_names(source: str | bytes) -> list[str] | None:
+    """The member names of a sound zip archive (``source``: a path or bytes; directory lists and CRCs check out,
+    read a member at a time); None for a damaged or no zip."""
     import zipfile
 
     try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source) as z:
             return z.namelist() if z.testzip() is None else None
     except Exception:  # noqa: BLE001 - BadZipFile, an undecodable name, a cut member: all damage
         return None
@@ -134,20 +184,25 @@ def _unknown(path: str) -> CheckpointError:
     )
 
 
-def peek_step(path: str | os.PathLike, format: str | None = None) -> int:
+def peek_step(path: str | os.PathLike, format: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     """A checkpoint's step, without reading its tensors (memory-mapped, weights_only).
 
     The watcher orders a backlog by step with this and loads each checkpoint
-    in full only when its turn comes. Raises like :func:`load_checkpoint`.
+    in full only when its turn comes. Bounded and raising like :func:`load_checkpoint`.
     """
-    import torch
-
     path = os.fspath(path)
     _check_format(format)
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: no such checkpoint file.")
+    head = _head(path)
+    kind = kind_of(head)
+    if kind is None:
+        raise _refusal(path, None, head, head)
+    check_kind(path, kind, os.path.getsize(path))
     try:
-        data, err = torch.load(path, map_location="cpu", weights_only=True, mmap=True), None
+        data, err = torch_load(path, path, max_bytes, mmap=True), None
+    except CheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - not a torch file (a zip, ONNX), or one that is refused
         data, err = None, exc
     name = _format_of(path, None, data, err, format)

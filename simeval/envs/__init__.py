@@ -14,6 +14,7 @@ from simeval.envs.catalog import (
     check_env,
     check_isaaclab_task,
     env_backend,
+    task_config,
 )
 from simeval.envs.make import OBS_NORM_ID, make_env
 
@@ -27,4 +28,5 @@ __all__ = [
     "check_isaaclab_task",
     "env_backend",
     "make_env",
+    "task_config",
 ]

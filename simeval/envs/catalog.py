@@ -6,6 +6,8 @@ Kept free of NumPy, torch and MuJoCo imports, so that the launcher and
 
 from __future__ import annotations
 
+from typing import Any
+
 # What backend="native" runs (simeval.envs.mujoco_tasks.TASKS).
 NATIVE_TASKS = (
     "HalfCheetah-v5",
@@ -76,3 +78,31 @@ def check_isaaclab_task(task: str) -> None:
         isaaclab.check_installed()
     else:
         isaaclab.check_task(task)
+
+
+def task_config(name: str) -> Any | None:
+    """The env config of ``isaaclab:<task>`` or ``mjlab:<task>``, built without its env (no simulation); else None.
+
+    What a suite's ``cfg`` overrides are checked against when the suite is loaded.
+    None where it cannot be built in this process: another kind of env, the
+    simulator not installed here or an id it does not register (:func:`check_env`
+    says why), or Isaac Sim installed (Isaac Lab's tasks are imported only after its
+    app starts in the worker, which checks the overrides before it builds the env).
+    """
+    import importlib.util
+
+    from simeval.errors import EnvError
+
+    prefix, _, task = name.partition(":")
+    try:
+        if prefix == "isaaclab" and importlib.util.find_spec("isaacsim") is None:
+            from simeval.envs import isaaclab
+
+            return isaaclab.env_cfg(task)
+        if prefix == "mjlab":
+            from simeval.envs import mjlab
+
+            return mjlab.env_cfg(task)
+    except EnvError:
+        return None
+    return None

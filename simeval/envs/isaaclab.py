@@ -100,6 +100,30 @@ def check_task(task: str) -> None:
         )
 
 
+def env_cfg(
+    task: str, *, device: str = "cpu", num_envs: int = 1, cfg_overrides: Mapping[str, Any] | None = None
+) -> DirectRLEnvCfg | ManagerBasedRLEnvCfg:
+    """The env config of ``task`` (Isaac Lab's ``parse_env_cfg``), ``cfg_overrides`` applied; no env, no simulation.
+
+    Args:
+        task: a registered Isaac Lab gymnasium id.
+        device: the config's simulation device.
+        num_envs: the config's number of sub-envs.
+        cfg_overrides: ``{"dotted.path": value}`` set in the config (:func:`apply_cfg_overrides`: data only).
+
+    Raises:
+        EnvError: Isaac Lab missing or an unknown task.
+        ValueError: an override the config does not take (one line).
+    """
+    check_task(task)
+    from isaaclab_tasks.utils import parse_env_cfg
+
+    cfg = parse_env_cfg(task, device=device, num_envs=num_envs)
+    if cfg_overrides:
+        apply_cfg_overrides(cfg, cfg_overrides)
+    return cfg
+
+
 def make_env(
     task: str,
     *,
@@ -122,8 +146,8 @@ def make_env(
             the episode out itself).
         obs_norm: append a VecNormV2 on ``observation`` (``OBS_NORM_ID``).
         cfg_overrides: ``{"dotted.path": value}`` set in the parsed env config
-            before the env is built (:func:`apply_cfg_overrides`); ``seed`` and
-            ``max_steps`` are applied after them.
+            before the env is built (:func:`apply_cfg_overrides`: data only, never a
+            callable); ``seed`` and ``max_steps`` are applied after them.
         condition: a suite condition's generic settings (observation/action noise,
             action delay and scale), applied by a :class:`~simeval.envs.perturb.Perturb`
             inside the wrapper's native-autoreset layer, below VecNormV2; its ``cfg``
@@ -134,16 +158,12 @@ def make_env(
 
     Raises:
         EnvError: Isaac Lab missing, an unknown task, or an asset that cannot be loaded.
-        ValueError: an override path that the config does not have (one line).
+        ValueError: an override path that the config does not have, or a value it may not set (one line).
     """
-    check_task(task)
     import gymnasium as gym
-    from isaaclab_tasks.utils import parse_env_cfg
 
     device = device or default_device()
-    cfg = parse_env_cfg(task, device=device, num_envs=num_envs)
-    if cfg_overrides:
-        apply_cfg_overrides(cfg, cfg_overrides)
+    cfg = env_cfg(task, device=device, num_envs=num_envs, cfg_overrides=cfg_overrides)
     if seed is not None:
         cfg.seed = seed
     if max_steps is not None:

@@ -94,7 +94,10 @@ def make_env(
             config before the env is built (:func:`simeval.envs.cfg_overrides.apply_cfg_overrides`),
             e.g. ``{"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}`` or mjlab's
             ``{"commands.twist.ranges.lin_vel_x": [1.0, 2.0]}``; on
-            top of the condition's own ``cfg``. A path the config lacks is a ValueError.
+            top of the condition's own ``cfg``. Data only, as a suite file's: a path the config
+            lacks, a callable or a class (a term's ``func``, a ``"module:attr"`` string), or a value
+            that would replace a callable or a config object is a ValueError (change such fields
+            in the config itself, in Python).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")

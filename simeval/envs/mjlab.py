@@ -83,7 +83,7 @@ def env_cfg(task: str, cfg_overrides: Mapping[str, Any] | None = None) -> Any:
     Args:
         task: a registered mjlab task id.
         cfg_overrides: ``{"dotted.path": value}`` set in the config
-            (:func:`simeval.envs.cfg_overrides.apply_cfg_overrides`), e.g.
+            (:func:`simeval.envs.cfg_overrides.apply_cfg_overrides`: data only, never a callable), e.g.
             ``{"commands.twist.ranges.lin_vel_x": [1.0, 2.0]}``.
 
     Returns:
@@ -135,7 +135,7 @@ def make_env(
 
     Raises:
         EnvError: mjlab missing, an unknown task, or a tracking task (no motion file).
-        ValueError: an override path that the config does not have (one line).
+        ValueError: an override path that the config does not have, or a value it may not set (one line).
     """
     cfg = env_cfg(task, cfg_overrides)
     cfg.scene.num_envs = num_envs

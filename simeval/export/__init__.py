@@ -81,8 +81,13 @@ def export_checkpoint(
     out: str | os.PathLike | None = None,
     env: str | None = None,
     format: str | None = None,
+    policy: str | None = None,
 ) -> ExportResult:
-    """Write ``checkpoint``'s deterministic actor as ``to`` (onnx or torchscript); CheckpointError on bad input."""
+    """Write ``checkpoint``'s deterministic actor as ``to`` (onnx or torchscript); CheckpointError on bad input.
+
+    ``policy`` (``"module:function"``, trusted: the command line's ``--policy``) builds the policy instead of the
+    factory the checkpoint names, which is used only when it is registered (:mod:`simeval.factories`).
+    """
     from simeval.checkpoints import CheckpointError, load_checkpoint
 
     if to not in TARGETS:
@@ -98,7 +103,7 @@ def export_checkpoint(
     from simeval.envs import check_env
 
     check_env(env_name)
-    module, policy, vecnorm, obs_dim, act_dim, how = _build(ck, env_name)
+    module, policy, vecnorm, obs_dim, act_dim, how = _build(ck, env_name, policy)
     import torch
 
     from simeval.checkpoints.formats import onnx as onnx_format
@@ -148,27 +153,29 @@ def _env_name(ck: Checkpoint, env: str | None) -> str:
     return name
 
 
-def _build(ck: Checkpoint, env_name: str) -> tuple[Exported, Any, VecNormV2 | None, int, int, str]:
+_Built = tuple["Exported", Any, "VecNormV2 | None", int, int, str]
+
+
+def _build(ck: Checkpoint, env_name: str, factory: str | None = None) -> _Built:
     """(module to write, the policy, its frozen VecNormV2 or None, obs dim, action dim, how the actor was derived)."""
     import warnings
 
     with warnings.catch_warnings():  # VecNormV2 on a batched env: what make_env's reduce_batch_dims is for
         warnings.filterwarnings("ignore", message="Support of VecNormV2")
-        return _build_quietly(ck, env_name)
+        return _build_quietly(ck, env_name, factory)
 
 
-def _build_quietly(ck: Checkpoint, env_name: str) -> tuple[Exported, Any, VecNormV2 | None, int, int, str]:
+def _build_quietly(ck: Checkpoint, env_name: str, factory: str | None) -> _Built:
     from simeval.checkpoints import CheckpointError
     from simeval.envs import OBS_NORM_ID, make_env
     from simeval.export.actor import Exported, Normalise, deterministic_actor
-    from simeval.policies import DEFAULT_FACTORY, build_policy
     from simeval.weights import load_weights, resolve_model
 
     env = make_env(env_name, num_envs=1, obs_norm=ck.obs_norm is not None)
     try:
         obs_dim = int(env.observation_spec["observation"].shape[-1])
         act_dim = int(env.full_action_spec_unbatched["action"].shape[-1])
-        policy = build_policy(ck.policy_factory or DEFAULT_FACTORY, dict(ck.policy_kwargs), env)
+        policy = _policy(ck, env, factory)
         vecnorm = None
         try:
             load_weights(policy, ck.policy, "policy")
@@ -186,6 +193,21 @@ def _build_quietly(ck: Checkpoint, env_name: str) -> tuple[Exported, Any, VecNor
         normalise = Normalise(vecnorm.loc["observation"], vecnorm.scale["observation"])
     actor, how = deterministic_actor(policy)
     return Exported(actor, normalise).eval(), policy, vecnorm, obs_dim, act_dim, how
+
+
+def _policy(ck: Checkpoint, env: Any, factory: str | None) -> Any:
+    """The checkpoint's policy for ``env``: built by ``factory`` (trusted: the command line), else by the
+    checkpoint's own factory, which must be registered."""
+    from simeval.checkpoints import CheckpointError
+    from simeval.factories import build_policy, is_registered, refusal, weights_bound
+    from simeval.policies import DEFAULT_FACTORY
+
+    own = ck.policy_factory or DEFAULT_FACTORY
+    if not factory and not is_registered(own):
+        raise CheckpointError(refusal(ck.path, own))
+    kwargs = dict(ck.policy_kwargs) if (factory or own) == own else {}
+    bound = weights_bound(ck.policy) if kwargs else None
+    return build_policy(factory or own, kwargs, env, trusted=bool(factory), max_bytes=bound)
 
 
 def _check_observations(module: Exported, obs_dim: int) -> torch.Tensor:

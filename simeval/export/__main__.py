@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output file (default: <checkpoint dir>/exported/<stem>.onnx or .pt)")
     p.add_argument("--env", help="the env the policy is built for (required when the checkpoint records none)")
     p.add_argument("--format", help="the checkpoint format, when detection by content is not wanted")
+    p.add_argument(
+        "--policy",
+        help="module:function building the policy from the env, instead of the checkpoint's own factory "
+        "(which is used only when registered; see docs/security.md)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -42,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         from simeval.export import export_checkpoint
 
-        result = export_checkpoint(args.checkpoint, args.to, out=args.out, env=args.env, format=args.format)
+        result = export_checkpoint(
+            args.checkpoint, args.to, out=args.out, env=args.env, format=args.format, policy=args.policy
+        )
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         if "--debug" in argv:
             traceback.print_exc()

@@ -41,7 +41,7 @@ class Rounds:
         """Queue a round on the snapshot ``ck``, recorded as ``step``."""
         if self.evaluator is None:
             import simeval
-            from simeval.policies import build_policy
+            from simeval.factories import build_policy
 
             self.evaluator = simeval.Evaluator(
                 self.env_maker,

@@ -4,8 +4,9 @@
 :class:`~simeval.launch.sources.Watcher` (both
 :class:`~simeval.launch.sources.CheckpointSource`); a
 :class:`~simeval.launch.session.Session` holds the evaluators (built for the
-first checkpoint's plan), and :class:`~simeval.launch.sweep.Sweep` hands
-checkpoints to idle ones and appends every outcome to ``OUT/results.jsonl``.
+plan of the first checkpoint that evaluates, see its module), and
+:class:`~simeval.launch.sweep.Sweep` hands checkpoints to idle ones and
+appends every outcome to ``OUT/results.jsonl``.
 ``--serve`` starts a named Ray evaluator whose worker writes the same lines
 itself. SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing
 partial is written) and the process exits 0.
@@ -55,7 +56,7 @@ def run(parsed: Parsed, out: str) -> int:
         if cfg.source == "checkpoint":
             from simeval.checkpoints import load_checkpoint
 
-            source = One(load_checkpoint(cfg.checkpoint, cfg.format))
+            source = One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
             return Sweep(session, log, keep_going=False).run(source)
         return run_watch(session, log)
     finally:
@@ -63,21 +64,32 @@ def run(parsed: Parsed, out: str) -> int:
 
 
 def run_watch(session: Session, log: ResultsLog) -> int:
-    """``--watch DIR``: every checkpoint there, once each, resuming after those already in results.jsonl."""
+    """``--watch DIR``: every checkpoint there, once each, resuming after those already in results.jsonl.
+
+    The newest line of each checkpoint decides: ok, or failed for a reason a resume does not retry
+    (``retry: "--retry-failed"``, unless that flag is given), and it is skipped; else it is evaluated again.
+    The plan of the newest ok line is held, so a resume evaluates what the run evaluated.
+    """
+    from simeval.launch.results import failures_line, resume_from
     from simeval.launch.sources import Watcher
     from simeval.launch.sweep import Sweep, reached
 
-    records = list(log.records())
-    seen = {r["checkpoint_name"] for r in records if "checkpoint_name" in r}
-    if seen:
-        print(f"resuming: {len(seen)} checkpoint(s) already in {log.path}", flush=True)
-    done_steps = [r["step"] for r in records if r.get("status") == "ok"]
-    if reached(session.cfg.until_step, done_steps):
-        print(f"reached --until-step {session.cfg.until_step}; done.", flush=True)
-        return 0
     cfg = session.cfg
-    watcher = Watcher(cfg.watch, seen, session.stop, cfg.poll_interval, cfg.format)
-    return Sweep(session, log, keep_going=True).run(watcher)
+    records = list(log.records())
+    resume = resume_from(records, lambda r: r.get("checkpoint_name"), cfg.retry_failed)
+    if resume.done:
+        print(f"resuming: {len(resume.done)} checkpoint(s) already in {log.path}", flush=True)
+    line = failures_line("checkpoint(s)", len(resume.retried), len(resume.left), cfg.retry_failed)
+    if line:
+        print(line, flush=True)
+    for record in reversed(records):  # the newest ok line that states its plan
+        if record.get("status") == "ok" and session.hold(record.get("plan")):
+            break
+    closing = reached(cfg.until_step, resume.steps)
+    watcher = Watcher(
+        cfg.watch, resume.done, session.stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes
+    )
+    return Sweep(session, log, keep_going=True).run(watcher, closing=closing)
 
 
 def serve(session: Session) -> int:

@@ -10,9 +10,9 @@ import functools
 import os
 from typing import TYPE_CHECKING
 
+from simeval.factories import build_policy
 from simeval.launch.config import LaunchConfig
 from simeval.launch.plan import EvalPlan
-from simeval.policies import build_policy
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
@@ -115,7 +115,13 @@ def make_evaluator(
             num_envs=cfg.num_envs,
             condition=condition,
         ),
-        policy_factory=functools.partial(build_policy, plan.policy_factory, dict(plan.policy_kwargs)),
+        policy_factory=functools.partial(
+            build_policy,
+            plan.policy_factory,
+            dict(plan.policy_kwargs),
+            trusted=plan.trusted,
+            max_bytes=plan.max_policy_bytes,
+        ),
         **({"time_budget_s": cfg.time_budget} if cfg.time_budget is not None else {"num_trajectories": cfg.episodes}),
         max_steps=cfg.max_steps,
         seed=cfg.seed,
@@ -127,6 +133,7 @@ def make_evaluator(
         num_workers=num_workers,
         max_restarts=cfg.max_restarts,
         start_timeout=cfg.start_timeout,
+        round_timeout_s=cfg.round_timeout,
         keep_episodes=True,
         results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
         results_context=record_context(cfg, plan, env_backend),

@@ -52,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
         elif meta.get("json"):
             p.add_argument(flag, dest=name, type=json.loads, metavar="JSON", help=help_text)
         elif meta.get("nargs"):
-            p.add_argument(flag, dest=name, nargs=meta["nargs"], metavar=meta.get("metavar"), help=help_text)
+            action = meta.get("action", "store")  # "extend": the flag may be given again, its values add up
+            p.add_argument(
+                flag, dest=name, nargs=meta["nargs"], metavar=meta.get("metavar"), action=action, help=help_text
+            )
         else:
             p.add_argument(flag, dest=name, type=kind, metavar=name.upper(), help=help_text)
     p.add_argument("--debug", action="store_true", help="show tracebacks")

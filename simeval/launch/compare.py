@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import functools
 import html
 import io
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import numpy as np
 
@@ -42,6 +44,7 @@ JSON_KEYS = ("task", "condition", "mean_a", "mean_b", "diff", "diff_ci_low", "di
 VERDICT_COLOURS = {"better": "#1a7f37", "worse": "#cf222e", "inconclusive": "#6e7781"}
 
 Cell = tuple[str, str]  # (task, condition)
+_T = TypeVar("_T")
 
 
 class CompareError(Exception):
@@ -479,6 +482,30 @@ def print_text(comparison: Comparison, file: TextIO | None = None, use_rich: boo
 # -- the HTML page --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def plain_text() -> Iterator[None]:
+    """Within it matplotlib draws every text as written, never parsed as mathtext or LaTeX.
+
+    Task, condition and run names may hold ``$``, ``\\``, ``_`` or ``^``: parsed, a name
+    such as ``$\\x$`` would fail the whole figure.
+    """
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        yield
+
+
+def _plain(draw: Callable[[Comparison], _T]) -> Callable[[Comparison], _T]:
+    """``draw`` (a figure of the comparison, to PNG) run within :func:`plain_text`."""
+
+    @functools.wraps(draw)
+    def wrapped(comparison: Comparison) -> _T:
+        with plain_text():
+            return draw(comparison)
+
+    return wrapped
+
+
 def _png(fig: Any) -> str:
     """A matplotlib figure as a ``data:image/png;base64,...`` URI (no metadata: nothing names a website)."""
     import matplotlib.pyplot as plt
@@ -518,6 +545,7 @@ def _step_format(x: float, _pos: int = 0) -> str:
     return f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
 
 
+@_plain
 def curves_png(comparison: Comparison) -> str:
     """Mean return against step with its CI band, both runs, one panel per task (its first condition)."""
     c = comparison
@@ -555,6 +583,7 @@ def _band(record: Mapping[str, Any]) -> tuple[float, float, float]:
     return mean, mean if low is None else float(low), mean if high is None else float(high)
 
 
+@_plain
 def sensitivity_png(comparison: Comparison) -> str:
     """Per task, the difference B - A with its CI for each condition, coloured by verdict."""
     tasks: dict[str, list[CellResult]] = {}
@@ -582,6 +611,7 @@ def sensitivity_png(comparison: Comparison) -> str:
     return _png(fig)
 
 
+@_plain
 def profile_png(comparison: Comparison) -> str | None:
     """The performance profiles of A and B (fraction of episodes scoring above tau), over normalised scores."""
     if not comparison.aggregate.normalised:

@@ -85,6 +85,11 @@ class LaunchConfig:
     format: str | None = _opt(
         None, f"checkpoint format, when recognising it by content is not wanted: {', '.join(CHECKPOINT_FORMATS)}"
     )
+    max_checkpoint_size: str = _opt(
+        "32G",
+        "largest checkpoint file read, and the most its zip members may expand to (e.g. 64G, 500M); a bigger "
+        "file is refused unread (docs/security.md)",
+    )
     serve: str | None = _opt(None, "serve a named Ray evaluator that training reaches with simeval.connect(NAME)")
     suite: str | None = _opt(
         None,
@@ -95,13 +100,36 @@ class LaunchConfig:
     logger: str = _opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
     video: bool = _opt(False, "record an MP4 of each round's first episode")
     until_step: int | None = _opt(None, "--watch: stop after a checkpoint at or past this step")
+    retry_failed: bool = _opt(
+        False,
+        "on a resume, evaluate again the checkpoints (--suite: cells) whose newest line in results.jsonl "
+        "failed; without it a resume retries only failures marked retry: resume (a plan mismatch, a lost worker)",
+    )
     poll_interval: float = _opt(2.0, "--watch: seconds between directory scans")
     start_timeout: float = _opt(120.0, "seconds a worker may take to start")
+    round_timeout: float | None = _opt(
+        None,
+        "seconds an evaluation round may run before it fails and its worker is replaced (a hung policy or env); "
+        "a round that starts its worker also gets --start-timeout (default: 1 hour before any round was measured, "
+        "then max(10 min, 20x the round time the measured env step time predicts))",
+    )
     obs_norm: bool = _opt(True, "evaluate without the checkpoint's VecNorm statistics", flag="--no-obs-norm")
     launcher: str = _opt("local", f"where the launcher runs: {', '.join(LAUNCHERS)}")
     image: str | None = _opt(None, "--launcher docker: the eval image (containers/Dockerfile)")
     gpus: str | None = _opt(None, "--launcher docker: host GPUs for the container, e.g. 1 or 0,2 or all")
-    network: str | None = _opt(None, "--launcher docker: container network, e.g. host or none")
+    network: str | None = _opt(
+        None,
+        "--launcher docker: container network, e.g. host or a network's name (default: none; the engine's "
+        "default network for --logger wandb or mlflow)",
+    )
+    pass_env: list = _opt(
+        list,
+        "--launcher docker: host environment variables to pass into the container (none by default besides "
+        "WANDB_* for --logger wandb, MLFLOW_* for --logger mlflow)",
+        nargs="+",
+        metavar="NAME",
+        action="extend",
+    )
 
     def validate(self) -> LaunchConfig:
         """Check the settings together and normalise ``info_keys``; returns ``self``, or raises :class:`ConfigError`."""
@@ -115,9 +143,9 @@ class LaunchConfig:
         if self.env_backend is not None and self.env_backend not in ENV_BACKENDS:
             raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {', '.join(ENV_BACKENDS)}.")
         if self.launcher != "docker":
-            for name in ("image", "gpus", "network"):
-                if getattr(self, name) is not None:
-                    raise ConfigError(f"--{name} is a container setting: it needs --launcher docker.")
+            for name in ("image", "gpus", "network", "pass_env"):
+                if getattr(self, name) not in (None, []):
+                    raise ConfigError(f"--{name.replace('_', '-')} is a container setting: it needs --launcher docker.")
         elif not self.image:
             raise ConfigError(
                 "--launcher docker needs --image IMAGE (build one: docker build -f containers/Dockerfile -t IMAGE .)."
@@ -161,6 +189,16 @@ class LaunchConfig:
                 raise ConfigError(f"--time-budget must be a number of seconds > 0, got {self.time_budget!r}.")
             if self.serve:
                 raise ConfigError("--time-budget sizes the rounds this launcher runs: --serve's rounds are training's.")
+        self.max_checkpoint_bytes  # noqa: B018 - a size the flag's words cannot give fails here, in one line
+        if self.round_timeout is not None:
+            number = isinstance(self.round_timeout, (int, float)) and not isinstance(self.round_timeout, bool)
+            if not number or not 0 < self.round_timeout < float("inf"):
+                raise ConfigError(
+                    f"--round-timeout must be a finite number of seconds > 0 (leave it out for the default rule), "
+                    f"got {self.round_timeout!r}."
+                )
+            if self.serve:
+                raise ConfigError("--round-timeout bounds the rounds this launcher runs; --serve's are training's.")
         self.info_keys = _info_keys(self.info_keys)
         for name in ("init_fn", "policy"):
             value = getattr(self, name)
@@ -169,6 +207,16 @@ class LaunchConfig:
                     f"--{name.replace('_', '-')} must look like 'package.module:function', got {value!r}."
                 )
         return self
+
+    @property
+    def max_checkpoint_bytes(self) -> int:
+        """``--max-checkpoint-size`` in bytes; ConfigError for a size it cannot read."""
+        from simeval.checkpoints.bounds import parse_size
+
+        try:
+            return parse_size(self.max_checkpoint_size)
+        except ValueError as exc:
+            raise ConfigError(f"--max-checkpoint-size: {exc}.") from None
 
     @property
     def source(self) -> str | None:
@@ -238,15 +286,14 @@ def _check_kind(name: str, value: Any, where: str) -> None:
 
 def load_yaml(path: str) -> dict[str, Any]:
     """The settings in the YAML profile at ``path`` (field -> value); ConfigError if unreadable or unknown."""
-    import yaml
+    from simeval.yaml_files import YamlError, read_yaml
 
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
+        data = read_yaml(path) or {}
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}.") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}).") from None
+    except YamlError as exc:
+        raise ConfigError(str(exc)) from None
     return from_mapping(data, path)
 
 

@@ -5,14 +5,31 @@
 This module plans the container (plain data, no engine); ``container_engine``
 runs it. The host checks the arguments first (the same one-line errors as a local run),
 then starts ``python -m simeval.launch`` inside IMAGE through the Docker SDK for
-Python with the other arguments: the config file, checkpoint, watch and
-results directories are bind-mounted at their own absolute paths and the host's
-working directory is the container's, so every path means the same inside.
-``--gpus`` names host GPUs (``1``, ``0,2``, a UUID, or ``all``); only those are
-requested, so evaluation never lands on the training GPU, and inside they are
-``cuda:0``, ``cuda:1``, ... Logs stream to this terminal; SIGTERM or Ctrl-C stops
-the container (the launcher inside abandons its round, nothing partial is
-written), which is then removed; the container's exit code is returned.
+Python with the other arguments. ``--gpus`` names host GPUs (``1``, ``0,2``, a UUID,
+or ``all``); only those are requested, so evaluation never lands on the training GPU,
+and inside they are ``cuda:0``, ``cuda:1``, ... Logs stream to this terminal; SIGTERM
+or Ctrl-C stops the container (the launcher inside abandons its round, nothing
+partial is written), which is then removed; the container's exit code is returned.
+
+The container is a trust boundary: what it sees of the host is only what the
+evaluation reads or writes, each at its own absolute path (the host's working
+directory is the container's, so every path means the same inside):
+
+- read-only: the ``--checkpoint`` file itself and what its format reads beside it
+  (a training run's ``params/agent.yaml`` and ``params/env.yaml``, SB3's VecNormalize
+  statistics), the ``--config`` and ``--suite`` files, the ``--watch`` directory (and
+  its run's ``params/`` files when it is a ``checkpoints`` or ``nn`` subdirectory);
+- read-write: ``--out``.
+
+Paths are resolved (symlinks too) before anything is decided: the filesystem root, a
+system directory (``/etc``, ``/usr``, ``/proc``, ... and whatever is under them), a
+directory shared by everything (``/home``, ``/tmp``, ``/var``, ...) and the user's home
+directory (or one above it) are refused in one line naming the flag. No environment
+variable of the host passes in except simeval's rendering settings (``MUJOCO_GL``,
+``MUJOCO_EGL_DEVICE_ID``, ``HF_HUB_OFFLINE``), a logger's own (``WANDB_*`` for
+``--logger wandb``, ``MLFLOW_*`` for ``--logger mlflow``) and those named with
+``--pass-env``. The network is ``none`` unless ``--network`` names one or a logger
+needs one (then the engine's default).
 
 Run as root, the container runs as the image's non-root user: simeval hands to
 that user only the directories it creates for ``--out``; an ``--out`` that
@@ -21,20 +38,39 @@ already exists must be writable by that user (one line says what to chown).
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.launch.config import ConfigError, LaunchConfig
 
-# Flags that steer the container itself; they are not forwarded into it.
-CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network")
+# Flags that steer the container itself; they are not forwarded into it. MULTI_FLAGS take several values.
+CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network", "--pass-env")
+MULTI_FLAGS = ("--pass-env",)
 SHM_SIZE = "1g"  # torch and the process backend stage tensors in /dev/shm (64 MB by default)
-PASS_ENV = re.compile(r"^(WANDB_|MLFLOW_|MUJOCO_GL$|MUJOCO_EGL_DEVICE_ID$|HF_HUB_OFFLINE$)")
+# Harmless settings of simeval's own that pass in when set: how MuJoCo renders, whether the HF hub is offline.
+SETTINGS_ENV = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID", "HF_HUB_OFFLINE")
+# What a logger needs: its variables pass in, and the container gets a network (the engine's default).
+LOGGER_ENV = {"wandb": "WANDB_", "mlflow": "MLFLOW_"}
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SB3_VECNORMALIZE_ENV = "SIMEVAL_SB3_VECNORMALIZE"  # a statistics file named for SB3 zips (sb3_vecnormalize.find)
 LABEL = "simeval.launcher"
+# Never mounted, nor anything under them.
+SYSTEM_TREES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr",
+    "/var/run", "/var/lib/docker",
+)  # fmt: skip
+# Never mounted themselves (they hold far more than one run); a directory of its own under them is fine.
+SHARED_DIRS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var", "/var/lib", "/var/tmp")  # noqa: S108 - refused, not used
+# Where the training libraries' readers look beside a checkpoint (yaml_params.run_params): the run directory's
+# params/, the checkpoint's own directory or, for skrl's checkpoints/ and rl_games' nn/, the one above it.
+RUN_SUBDIRS = ("checkpoints", "nn")
+PARAMS_FILES = ("agent.yaml", "env.yaml")
 
 
 def gpu_device_requests(gpus: str | None) -> list[dict[str, Any]]:
@@ -49,14 +85,17 @@ def gpu_device_requests(gpus: str | None) -> list[dict[str, Any]]:
     return [{"Driver": "", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
 
 
-def strip_flags(argv: list[str], flags: tuple[str, ...]) -> list[str]:
-    """argv without ``flags`` (``--flag value`` and ``--flag=value`` forms)."""
-    out, skip = [], False
+def strip_flags(argv: list[str], flags: tuple[str, ...], multi: tuple[str, ...] = MULTI_FLAGS) -> list[str]:
+    """argv without ``flags`` (``--flag value`` and ``--flag=value`` forms; ``multi`` flags take every value given)."""
+    out, skip, many = [], False, False
     for arg in argv:
+        if many and not arg.startswith("-"):
+            continue
+        many = False
         if skip:
             skip = False
         elif arg in flags:
-            skip = True
+            skip, many = arg not in multi, arg in multi
         elif not any(arg.startswith(f + "=") for f in flags):
             out.append(arg)
     return out
@@ -64,7 +103,12 @@ def strip_flags(argv: list[str], flags: tuple[str, ...]) -> list[str]:
 
 @dataclass
 class ContainerSpec:
-    """Everything the engine is asked for: plain data, built without touching the engine."""
+    """Everything the engine is asked for: plain data, built without touching the engine.
+
+    ``volumes`` maps each host path (resolved) to where it appears inside (the path
+    as given, made absolute) and its mode; ``directories`` are the mounted host
+    directories to create when missing (``--watch``; ``--out`` is ``out``).
+    """
 
     image: str
     command: list[str]
@@ -74,6 +118,7 @@ class ContainerSpec:
     environment: dict[str, str] = field(default_factory=dict)
     network_mode: str | None = None
     out: str = ""
+    directories: list[str] = field(default_factory=list)
 
     def create_kwargs(self, user: str) -> dict[str, Any]:
         """The Docker SDK's ``containers.create`` arguments for a container run as ``user``."""
@@ -97,27 +142,172 @@ class ContainerSpec:
         return kwargs
 
 
-def plan(cfg: LaunchConfig, argv: list[str], config_path: str | None, cwd: str | None = None) -> ContainerSpec:
-    """Mounts, GPU requests and the command line for the launcher inside the container."""
-    cwd = cwd or os.getcwd()
+def mount_refusal(real: str) -> str | None:
+    """Why the resolved host path ``real`` must never be mounted into a container, or None when it may be.
 
-    def absolute(path: str) -> str:
-        return os.path.normpath(os.path.join(cwd, path))
+    The words go in parentheses after the path; ``""`` for a shared directory, which needs none.
+    """
+    for tree in SYSTEM_TREES:
+        if real == tree or real.startswith(tree + "/"):
+            return f"under {tree}, a system directory"
+    if real in SHARED_DIRS:
+        return ""
+    home = os.path.realpath(os.path.expanduser("~"))
+    if home != "/" and real == home:
+        return "your home directory"
+    if home != "/" and home.startswith(real.rstrip("/") + "/"):
+        return f"your home directory {home} is inside it"
+    return None
 
-    out = absolute(cfg.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
-    volumes: dict[str, dict[str, str]] = {}
 
-    def mount(path: str, mode: str) -> None:
-        if volumes.get(path, {}).get("mode") != "rw":
-            volumes[path] = {"bind": path, "mode": mode}
+class _Mounts:
+    """The volumes of one plan: host paths checked, resolved, and mounted at the path given."""
 
+    def __init__(self, cwd: str) -> None:
+        self.cwd = cwd
+        self.volumes: dict[str, dict[str, str]] = {}
+
+    def absolute(self, path: str) -> str:
+        """``path`` made absolute against the working directory (not resolved: the container sees this path)."""
+        return os.path.normpath(os.path.join(self.cwd, path))
+
+    def add(self, flag: str, given: str, mode: str, is_file: bool, path: str | None = None) -> str:
+        """Mount ``path`` (default: ``given``) for ``flag``; its absolute path. ConfigError if it may not be mounted.
+
+        A file must exist and be a regular file; the host side of the mount is the
+        resolved path, so a symlink cannot lead the decision astray.
+        """
+        inside = self.absolute(path or given)
+        real = os.path.realpath(inside)
+        why = mount_refusal(real)
+        if why is not None:
+            what = "copy the file to a directory of its own" if is_file else "give a directory of its own"
+            shown = f"{real} ({why})" if why else real
+            raise ConfigError(f"{flag} {given}: refuses to mount {shown} into the container: {what}.")
+        if is_file and not os.path.isfile(real):
+            problem = "no such file" if not os.path.lexists(inside) else "not a regular file"
+            hint = (
+                "give the checkpoint file itself (a directory is --watch)" if flag == "--checkpoint" else "fix the path"
+            )
+            raise ConfigError(f"{flag} {given}: {problem}; {hint}.")
+        known = self.volumes.get(real)
+        if known and known["bind"] != inside:
+            raise ConfigError(
+                f"{flag} {given}: its host path {real} is mounted at {known['bind']} already: give one path for both."
+            )
+        if not known or known["mode"] != "rw":
+            self.volumes[real] = {"bind": inside, "mode": mode}
+        return inside
+
+
+def beside_checkpoint(path: str) -> list[str]:
+    """The files a checkpoint's reader may open beside ``path`` that exist (as seen at ``path``, not resolved).
+
+    A training run's ``params/agent.yaml`` and ``params/env.yaml`` (in the
+    checkpoint's directory or, below ``checkpoints/`` or ``nn/``, the one above),
+    and SB3's VecNormalize statistics for a zip (:func:`sb3_beside`).
+    """
+    here = os.path.dirname(path)
+    runs = [os.path.dirname(here), here] if os.path.basename(here) in RUN_SUBDIRS else [here]
+    found = [f for run in runs for f in params_files(run)]
+    return found + (sb3_beside(path) if path.endswith(".zip") else [])
+
+
+def params_files(run: str) -> list[str]:
+    """The run directory ``run``'s ``params/agent.yaml`` and ``params/env.yaml`` that exist."""
+    return [f for f in (os.path.join(run, "params", name) for name in PARAMS_FILES) if os.path.isfile(f)]
+
+
+def sb3_beside(path: str) -> list[str]:
+    """The VecNormalize files that ``sb3_vecnormalize.find`` may pick, or name in its refusal, for the zip ``path``.
+
+    This step's ``<prefix>_vecnormalize_<step>_steps.{npz,pkl}`` (or, when the run
+    saved others but not this one, the first other: the reader's refusal names it),
+    then ``vecnormalize``/``vec_normalize`` ``.npz``/``.pkl`` beside the zip or in
+    the folder named like it.
+    """
+    directory, name = os.path.split(path)
+    found: list[str] = []
+    steps = re.match(r"^(?P<prefix>.*)_(?P<step>\d+)_steps\.zip$", name)  # sb3_vecnormalize.CALLBACK_STEPS
+    if steps:
+        stem = os.path.join(directory, f"{steps['prefix']}_vecnormalize_{steps['step']}_steps")
+        found = [stem + ext for ext in (".npz", ".pkl") if os.path.isfile(stem + ext)]
+        siblings = glob.escape(steps["prefix"]) + "_vecnormalize_*_steps.*"
+        others = sorted(glob.glob(os.path.join(glob.escape(directory), siblings)))
+        found += others[:1] if not found else []
+    for folder in (directory, os.path.join(directory, os.path.splitext(name)[0])):
+        found += [
+            os.path.join(folder, base + ext)
+            for base in ("vecnormalize", "vec_normalize")
+            for ext in (".npz", ".pkl")
+            if os.path.isfile(os.path.join(folder, base + ext))
+        ]
+    return found
+
+
+def environment(cfg: LaunchConfig, host: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The container's environment from the ``host``'s (default: this process's).
+
+    simeval's own settings, the logger's variables and those ``--pass-env`` names; nothing else.
+    """
+    host = os.environ if host is None else host
+    env = {name: host[name] for name in SETTINGS_ENV if name in host}
+    prefix = LOGGER_ENV.get(cfg.logger)
+    if prefix:
+        env.update({k: v for k, v in host.items() if k.startswith(prefix)})
+    for name in cfg.pass_env:
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"--pass-env {name!r}: give variable names (letters, digits, _), set to their values in this "
+                "environment."
+            )
+        if name not in host:
+            raise ConfigError(f"--pass-env {name}: it is not set in this environment: set it, or leave it out.")
+        env[name] = host[name]
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def network_mode(cfg: LaunchConfig) -> str | None:
+    """``--network``; else ``none``, or None (the engine's default network) when the logger needs one."""
+    if cfg.network:
+        return cfg.network
+    if cfg.serve:
+        raise ConfigError(
+            "--serve in a container: training reaches it over the network, and the container has none by default: "
+            "give --network (e.g. --network host)."
+        )
+    return None if cfg.logger in LOGGER_ENV else "none"
+
+
+def _mount_inputs(cfg: LaunchConfig, mounts: _Mounts, config_path: str | None, env: dict[str, str]) -> list[str]:
+    """Mount what the launcher inside reads (read-only); the mounted directories to create when missing."""
     if config_path:
-        mount(absolute(config_path), "ro")
+        mounts.add("--config", config_path, "ro", is_file=True)
+    if cfg.suite:
+        mounts.add("--suite", cfg.suite, "ro", is_file=True)
+    if SB3_VECNORMALIZE_ENV in env:
+        mounts.add(f"${SB3_VECNORMALIZE_ENV}", env[SB3_VECNORMALIZE_ENV], "ro", is_file=True)
     if cfg.checkpoint:
-        mount(os.path.dirname(absolute(cfg.checkpoint)), "ro")
-    if cfg.watch:
-        mount(absolute(cfg.watch), "ro")
-    mount(out, "rw")
+        checkpoint = mounts.add("--checkpoint", cfg.checkpoint, "ro", is_file=True)
+        for path in beside_checkpoint(checkpoint):
+            mounts.add("--checkpoint", cfg.checkpoint, "ro", is_file=True, path=path)
+    if not cfg.watch:
+        return []
+    watch = mounts.add("--watch", cfg.watch, "ro", is_file=False)
+    if os.path.basename(watch) in RUN_SUBDIRS:  # the run's params/ are above its checkpoints/ or nn/
+        for path in params_files(os.path.dirname(watch)):
+            mounts.add("--watch", cfg.watch, "ro", is_file=True, path=path)
+    return [watch]
+
+
+def plan(cfg: LaunchConfig, argv: list[str], config_path: str | None, cwd: str | None = None) -> ContainerSpec:
+    """Mounts, environment, network, GPU requests and the command line for the launcher inside the container."""
+    mounts = _Mounts(cwd or os.getcwd())
+    env = environment(cfg)
+    network = network_mode(cfg)
+    directories = _mount_inputs(cfg, mounts, config_path, env)
+    out = mounts.add("--out", cfg.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")), "rw", is_file=False)
 
     requests = gpu_device_requests(cfg.gpus)
     command = strip_flags(argv, CONTAINER_FLAGS) + ["--launcher", "local", "--out", out]
@@ -132,15 +322,14 @@ def plan(cfg: LaunchConfig, argv: list[str], config_path: str | None, cwd: str |
                 f"--device {cfg.device}: the container sees only the {len(requests[0]['DeviceIDs'])} GPU(s) of "
                 f"--gpus {cfg.gpus}, as cuda:0..; leave --device out or use cuda:0."
             )
-    environment = {k: v for k, v in os.environ.items() if PASS_ENV.match(k)}
-    environment["PYTHONUNBUFFERED"] = "1"
     return ContainerSpec(
         image=cfg.image,
         command=command,
-        volumes=volumes,
-        working_dir=cwd,
+        volumes=mounts.volumes,
+        working_dir=mounts.cwd,
         device_requests=requests,
-        environment=environment,
-        network_mode=cfg.network,
+        environment=env,
+        network_mode=network,
         out=out,
+        directories=directories,
     )

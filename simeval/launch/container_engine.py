@@ -95,13 +95,14 @@ def _make_dirs(path: str) -> list[str]:
 
 
 def _make_mount_dirs(spec: ContainerSpec) -> list[str]:
-    """Create the mounted paths that are missing; the directories created for ``--out``.
+    """Create the mounted directories that are missing; the directories created for ``--out``.
 
     ``--out`` first, so the parents it needed count as its own; then e.g. a
-    ``--watch`` directory training has not created yet.
+    ``--watch`` directory training has not created yet. Mounted files are never
+    made: the plan mounts only files that exist.
     """
     created = _make_dirs(spec.out)
-    for path in spec.volumes:
+    for path in spec.directories:
         _make_dirs(path)
     return created
 
@@ -120,7 +121,7 @@ def _user_for(
     image_user = client.images.get(spec.image).attrs["Config"].get("User") or ""
     if os.geteuid() != 0:
         user = f"{os.getuid()}:{os.getgid()}"
-        return user, ({} if user == image_user else {"HOME": "/tmp"})
+        return user, ({} if user == image_user else {"HOME": "/tmp"})  # noqa: S108 - the container's own /tmp
     if image_user.split(":")[0] in ("", "root", "0"):
         image_user = "1000:1000"
     uid, gid = _numeric_ids(client, spec.image, image_user)

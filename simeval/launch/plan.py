@@ -17,12 +17,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """The env name, whether VecNorm statistics are used, and the policy factory and its kwargs."""
+    """The env name, whether VecNorm statistics are used, and the policy factory and its kwargs.
+
+    ``trusted``: the factory was named on the command line or in a profile (any importable one), not read
+    from a checkpoint (registered ones only). ``max_policy_bytes``: where ``policy_kwargs`` came from a
+    checkpoint, the most bytes the policy they build may hold (see :func:`simeval.factories.weights_bound`).
+    """
 
     env: str
     obs_norm: bool
     policy_factory: str
     policy_kwargs: dict = field(default_factory=dict, hash=False, compare=True)
+    trusted: bool = field(default=True, compare=False)
+    max_policy_bytes: int | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         """``env with factory(kwargs)``, for messages."""
@@ -32,6 +39,7 @@ class EvalPlan:
 def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None) -> EvalPlan:
     """The plan for checkpoint ``ck`` (or, for --serve, for the config alone)."""
     from simeval.checkpoints import CheckpointError
+    from simeval.factories import is_registered, refusal, weights_bound
     from simeval.policies import DEFAULT_FACTORY
 
     env = cfg.env
@@ -45,6 +53,11 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None
             raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {cfg.env}.")
         env = ck.env
     factory = cfg.policy or (ck.policy_factory if ck is not None else None) or DEFAULT_FACTORY
-    kwargs = cfg.policy_kwargs or (ck.policy_kwargs if ck is not None and factory == ck.policy_factory else {})
+    from_file = ck is not None and not cfg.policy and bool(ck.policy_factory)
+    if from_file and not is_registered(factory):
+        raise CheckpointError(refusal(ck.path, factory))
+    kwargs_from_file = not cfg.policy_kwargs and ck is not None and factory == ck.policy_factory
+    kwargs = cfg.policy_kwargs or (ck.policy_kwargs if kwargs_from_file else {})
     obs_norm = cfg.obs_norm and (ck is None or ck.obs_norm is not None)
-    return EvalPlan(env, obs_norm, factory, dict(kwargs))
+    bound = weights_bound(ck.policy) if kwargs_from_file and kwargs else None
+    return EvalPlan(env, obs_norm, factory, dict(kwargs), trusted=not from_file, max_policy_bytes=bound)

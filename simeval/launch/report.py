@@ -19,19 +19,39 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from simeval.launch import compare
-from simeval.records import read_records
+from simeval.records import ResultsFileError, read_records
 
 
 def read_results(out_dir: str) -> list[dict]:
-    """The successful records in ``out_dir``'s results.jsonl, by step; FileNotFoundError without the file."""
+    """The successful records in ``out_dir``'s results.jsonl, by step: the newest line of each evaluation.
+
+    An evaluation is a checkpoint (``checkpoint_name``) and, for a suite, a cell
+    (``task``, ``condition``): when it has several lines (a failure, then an ok
+    line from a resume or ``--retry-failed``), the newest (last written) is the
+    one that counts. Lines without ``checkpoint_name`` (a served evaluator's) are
+    each their own evaluation.
+
+    Raises:
+        FileNotFoundError: there is no results.jsonl.
+        ResultsFileError: it is a symbolic link or no regular file, or holds a line over 64 MiB or not JSON.
+    """
     path = os.path.join(out_dir, "results.jsonl")
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{out_dir}: no results.jsonl (is it a simeval.launch --out directory?)")
-    rows = [r for r in read_records(path) if r.get("status") == "ok"]
+    rows = [r for r in newest_lines(read_records(path)) if r.get("status") == "ok"]
     return sorted(rows, key=lambda r: r["step"])
+
+
+def newest_lines(records: Iterable[dict]) -> list[dict]:
+    """The last line of each (checkpoint name, task, condition), in file order; a line without a name is kept."""
+    newest: dict[object, tuple[int, dict]] = {}
+    for k, r in enumerate(records):
+        key = (r["checkpoint_name"], r.get("task"), r.get("condition")) if "checkpoint_name" in r else k
+        newest[key] = (k, r)
+    return [r for _, r in sorted(newest.values(), key=lambda item: item[0])]
 
 
 def labels(dirs: Sequence[str]) -> list[str]:
@@ -88,6 +108,12 @@ def _band(record: dict) -> tuple[float, float, float]:
 
 def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | None = None) -> str:
     """Curves with CI bands for ``runs`` (label -> records); each of ``references`` (label -> record) as a band."""
+    with compare.plain_text():  # run names may hold $, a backslash, _ or ^: drawn as written
+        return _plot(runs, path, references or {})
+
+
+def _plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict]) -> str:
+    """:func:`plot`'s figure, drawn and saved to ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,7 +125,7 @@ def plot(runs: dict[str, list[dict]], path: str, references: dict[str, dict] | N
         mean, low, high = zip(*(_band(r) for r in rows), strict=True) if rows else ((), (), ())
         (line,) = ax.plot(steps, mean, marker="o", label=name)
         ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
-    for k, (label, record) in enumerate((references or {}).items(), start=len(runs)):
+    for k, (label, record) in enumerate(references.items(), start=len(runs)):
         mean, low, high = _band(record)
         ax.axhline(mean, linestyle="--", linewidth=1.2, color=f"C{k}", label=label)
         ax.axhspan(low, high, color=f"C{k}", alpha=0.12)
@@ -127,7 +153,7 @@ def compare_main(argv: Sequence[str]) -> int:
         result = compare.compare(
             rows_a, rows_b, args.run_a, args.run_b, label_a, label_b, step_a=args.step_a, step_b=args.step_b
         )
-    except (FileNotFoundError, json.JSONDecodeError, KeyError, compare.CompareError) as exc:
+    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, KeyError, compare.CompareError) as exc:
         message = f"a results line has no {exc}" if isinstance(exc, KeyError) else str(exc)
         print(f"simeval-report compare: error: {message}", file=sys.stderr)
         return 2
@@ -172,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"simeval-report: error: --reference {d} has no successful evaluation.", file=sys.stderr)
                 return 2
             references[f"{label} (reference)" if label in runs else label] = rows
-    except (FileNotFoundError, json.JSONDecodeError) as exc:
+    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError) as exc:
         print(f"simeval-report: error: {exc}", file=sys.stderr)
         return 2
     print(table({**runs, **references}))

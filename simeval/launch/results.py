@@ -8,19 +8,32 @@ torchrl logger (CSV by default) for dashboards.
 that started it), appended and fsync'd before the round runs, so a record says
 how many times its evaluation was started (``attempts``: 1, or more where the
 launcher was killed or stopped while it ran and a restart did it again).
+
+Both files are opened in place only (never through a symbolic link, regular
+files only), and so is every file already under ``OUT/logs`` (the logger's,
+checked at start): anything else there is a :class:`ConfigError` naming it.
+
+A resume reads the newest line of each checkpoint (or checkpoint x cell):
+:func:`resume_from` says which are done, which failed lines it evaluates again
+by itself (``retry: "resume"``) and which only with ``--retry-failed``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from simeval.records import append_record, read_records
+from simeval.launch.config import ConfigError
+from simeval.records import ResultsFileError, append_record, open_regular, read_records, retried_on_resume
 
 RESULTS = "results.jsonl"
 ATTEMPTS = "attempts.jsonl"
+_FIX = "remove it, or give another --out"
 
 
 class ResultsLog:
@@ -31,30 +44,36 @@ class ResultsLog:
         self.path = os.path.join(out_dir, RESULTS)
         self.attempts_path = os.path.join(out_dir, ATTEMPTS)
         os.makedirs(out_dir, exist_ok=True)
-        _repair_tail(self.path, "its evaluation runs again")
-        _repair_tail(self.attempts_path, "")
-        self._attempts: dict[str, int] = {}
-        launches = 0
-        for entry in read_records(self.attempts_path):
-            self._attempts[entry["key"]] = self._attempts.get(entry["key"], 0) + 1
-            launches = max(launches, int(entry.get("launch", 0)))
+        with _config_errors():
+            _repair_tail(self.path, "its evaluation runs again")
+            _repair_tail(self.attempts_path, "")
+            self._attempts: dict[str, int] = {}
+            launches = 0
+            for entry in read_records(self.attempts_path, fix=_FIX):
+                self._attempts[entry["key"]] = self._attempts.get(entry["key"], 0) + 1
+                launches = max(launches, int(entry.get("launch", 0)))
         self.launch = launches + 1  # this launcher's number among those that wrote to OUT
+        if logger == "csv":  # torchrl's CSV logger appends to OUT/logs/simeval/scalars/*/*.csv
+            check_tree(os.path.join(out_dir, "logs"), os.path.join(out_dir, "logs", "simeval"))
         self._logger = _make_logger(logger, out_dir) if logger else None
 
     def attempt(self, key: list[Any]) -> int:
         """Journal (durably) that evaluation ``key`` starts now; the times it was started, this one included."""
         name = json.dumps(key)
-        append_record(self.attempts_path, {"key": name, "launch": self.launch})
+        with _config_errors():
+            append_record(self.attempts_path, {"key": name, "launch": self.launch})
         self._attempts[name] = self._attempts.get(name, 0) + 1
         return self._attempts[name]
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The records already in results.jsonl, in file order."""
-        return read_records(self.path)
+        with _config_errors():
+            yield from read_records(self.path, fix=_FIX)
 
     def append(self, record: dict[str, Any], publish: bool = True) -> None:
         """Write ``record`` to results.jsonl (durably); ``publish=False`` leaves the logger to :meth:`publish`."""
-        append_record(self.path, record)
+        with _config_errors():
+            append_record(self.path, record)
         if publish:
             self.publish(record)
 
@@ -68,23 +87,127 @@ class ResultsLog:
                     self._logger.log_scalar(f"{prefix}/{name}", value, step=record["step"])
 
 
+@contextlib.contextmanager
+def _config_errors() -> Iterator[None]:
+    """Turn a :class:`ResultsFileError` (a link or a non-regular file in OUT) into the launcher's ConfigError."""
+    try:
+        yield
+    except ResultsFileError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _repair_tail(path: str, consequence: str) -> None:
     """Drop a partial last line left by a crash mid-append (it never was a record), and say so in one line."""
-    if not os.path.exists(path):
+    try:
+        fd = open_regular(path, os.O_RDWR, fix=_FIX)
+    except FileNotFoundError:
         return
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data and not data.endswith(b"\n"):
-            keep = data.rfind(b"\n") + 1
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-            if consequence:
-                print(
-                    f"{path}: dropped a partial last line ({len(data) - keep} bytes, a crash mid-append); "
-                    f"{consequence}.",
-                    flush=True,
-                )
+    try:
+        size = os.fstat(fd).st_size
+        keep = _after_last_newline(fd, size)
+        if keep == size:
+            return
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if consequence:
+        print(
+            f"{path}: dropped a partial last line ({size - keep} bytes, a crash mid-append); {consequence}.",
+            flush=True,
+        )
+
+
+def _after_last_newline(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """The offset just past the file's last newline (0 without one), read backwards a chunk at a time."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        data = os.pread(fd, end - start, start)
+        found = data.rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+def check_tree(*roots: str) -> None:
+    """Refuse a symbolic link or anything but a directory or regular file at ``roots`` or under the last one.
+
+    torchrl's CSV logger opens its files itself, following links; this check at
+    start keeps it from appending to a file elsewhere through a link planted in OUT.
+    """
+    for root in roots:
+        _check_entry(root)
+    for folder, dirs, files in os.walk(roots[-1]):
+        for name in [*dirs, *files]:
+            _check_entry(os.path.join(folder, name))
+
+
+def _check_entry(path: str) -> None:
+    """A ConfigError naming ``path`` when it is a symbolic link, or neither a directory nor a regular file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise ConfigError(f"{path} is a symbolic link; the launcher writes its logs only in place: {_FIX}.")
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise ConfigError(f"{path} is not a regular file: {_FIX}.")
+
+
+@dataclass
+class Resume:
+    """What a restart finds in results.jsonl, by key (a checkpoint name, or checkpoint x cell): newest line wins."""
+
+    done: set = field(default_factory=set)
+    """Keys not evaluated again: their newest line is ok, or failed and is not retried."""
+    retried: set = field(default_factory=set)
+    """Failed keys evaluated again now (``retry: "resume"``, or every failed one with ``--retry-failed``)."""
+    left: set = field(default_factory=set)
+    """Failed keys left as they are (only ``--retry-failed`` evaluates them again)."""
+    steps: list = field(default_factory=list)
+    """The steps of the done keys' newest lines (what ``--until-step`` has reached)."""
+    newest: dict = field(default_factory=dict)
+    """Key -> its newest line."""
+
+
+def resume_from(
+    records: Iterable[dict[str, Any]], key_of: Callable[[dict[str, Any]], Hashable | None], retry_failed: bool
+) -> Resume:
+    """Sort each key's newest line (``key_of(record)``, None: not a line of this run) into done, retried or left."""
+    out = Resume()
+    for record in records:
+        key = key_of(record)
+        if key is not None:
+            out.newest[key] = record  # file order is time order: the later line wins
+    for key, record in out.newest.items():
+        if retried_on_resume(record, retry_failed):
+            out.retried.add(key)
+            continue
+        out.done.add(key)
+        if record.get("status") == "failed":
+            out.left.add(key)
+        if record.get("step") is not None:
+            out.steps.append(int(record["step"]))
+    return out
+
+
+def failures_line(noun: str, retried: int, left: int, retry_failed: bool) -> str | None:
+    """The one line a resume prints about earlier failures: how many, which it retries, and how to retry the rest."""
+    failed = retried + left
+    if not failed:
+        return None
+    head = f"{failed} {noun} failed before: "
+    if retry_failed:
+        return head + "evaluating them again (--retry-failed)."
+    if not left:
+        return head + "evaluating them again (a plan mismatch or a lost worker, not the file)."
+    again = f"{retried} evaluated again now (a plan mismatch or a lost worker), " if retried else ""
+    return (
+        head + again + f"{left} left as failed (the file was unreadable or refused, or its evaluation raised): "
+        "add --retry-failed to evaluate them again."
+    )
 
 
 def _make_logger(kind: str, out_dir: str):
@@ -93,6 +216,4 @@ def _make_logger(kind: str, out_dir: str):
     try:
         return get_logger(kind, logger_name=os.path.join(out_dir, "logs"), experiment_name="simeval")
     except ImportError as exc:
-        from simeval.launch.config import ConfigError
-
         raise ConfigError(f"--logger {kind} needs its package: {exc}. Install it or use --logger csv.") from None

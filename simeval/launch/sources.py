@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from simeval.checkpoints import Checkpoint, CheckpointError, load_checkpoint, peek_step
+from simeval.checkpoints.bounds import DEFAULT_MAX_BYTES
 
 DONE_FILE = "DONE"
 SETTLE_SECONDS = 10.0
@@ -102,9 +103,11 @@ class Watcher:
         stop: threading.Event,
         poll_interval: float = 2.0,
         format: str | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.directory = directory
         self.format = format
+        self.max_bytes = max_bytes
         self.seen = set(seen)
         self.stop = stop
         self.poll_interval = poll_interval
@@ -137,6 +140,10 @@ class Watcher:
         while True:
             ready = []
             for name, path in self._candidates():
+                outside = _leaves(path, self.directory)
+                if outside:
+                    self.seen.add(name)
+                    return Unreadable(path, outside)
                 try:
                     ready.append((self._step_of(name, path), name, path))
                 except (FileNotFoundError, CheckpointError) as exc:
@@ -148,7 +155,7 @@ class Watcher:
                 return None
             step, name, path = min(ready)
             try:
-                ck = load_checkpoint(path, self.format)
+                ck = load_checkpoint(path, self.format, max_bytes=self.max_bytes)
             except CheckpointError as exc:
                 if not os.path.exists(path):
                     self.seen.add(name)
@@ -186,9 +193,20 @@ class Watcher:
         stamp = (st.st_size, st.st_mtime_ns)
         cached = self._steps.get(name)
         if cached is None or cached[0] != stamp:
-            cached = (stamp, peek_step(path, self.format))
+            cached = (stamp, peek_step(path, self.format, max_bytes=self.max_bytes))
             self._steps[name] = cached
         return cached[1]
+
+
+def _leaves(path: str, directory: str) -> str | None:
+    """Why ``path`` is refused when a symlink (it, or a directory on the way) leads out of ``directory``; else None."""
+    real, root = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.commonpath([real, root]) == root:
+        return None
+    return (
+        f"{path}: a symlink that leads out of the watched directory (to {real}): refused; "
+        "copy the checkpoint into the run directory instead."
+    )
 
 
 def _beside_rsl_rl_saves(path: str) -> bool:

@@ -17,7 +17,10 @@
 
 A cell is (task, condition). Every error is one line naming the file and the
 field (``suites/x.yaml: tasks[0].conditions.heavy.body_mass_scale: ...``).
-The settings a condition may hold are :mod:`simeval.conditions`'.
+The settings a condition may hold are :mod:`simeval.conditions`'. A condition's
+``cfg`` overrides are data only: judged from the file alone, then applied to a
+copy of the task's config where this process can build it (no env, no simulation),
+so that a value into a field the simulator turns into a callable is refused here.
 """
 
 from __future__ import annotations
@@ -93,17 +96,16 @@ class Suite:
 
 def load_suite(path: str) -> Suite:
     """Read and check a suite file; ConfigError (one line naming the file and the field) when it is wrong."""
-    import yaml
+    from simeval.yaml_files import YamlError, read_yaml
 
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
+        data = read_yaml(path)
     except FileNotFoundError:
         raise ConfigError(f"--suite {path}: no such file.") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}.") from None
+    except OSError as exc:
+        raise ConfigError(f"--suite {path}: cannot read it ({exc.strerror}).") from None
+    except YamlError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return _suite(data, path)
     except ValueError as exc:
@@ -127,7 +129,39 @@ def _suite(data: Any, path: str) -> Suite:
         if task.env in seen:
             raise ValueError(f"tasks[{i}].env: {task.env} is listed twice; give it one list of conditions.")
         seen.add(task.env)
+    for i, task in enumerate(parsed):
+        _check_cfg_overrides(task, f"tasks[{i}]")
     return Suite(name, path, parsed)
+
+
+def _check_cfg_overrides(task: SuiteTask, where: str) -> None:
+    """Each condition's ``cfg`` overrides applied to a copy of the task's config, where it can be built here.
+
+    The config is built without the env (Isaac Lab's ``parse_env_cfg``, mjlab's
+    ``load_env_cfg``: no simulation); a path it lacks, or a value that would replace a
+    callable, a class or a config object, is a ValueError naming the condition.
+    Where the config cannot be built (the simulator is not installed here, Isaac
+    Sim's app has not started), the worker checks them before it builds the env.
+    """
+    import copy
+
+    from simeval.envs import task_config
+    from simeval.envs.cfg_overrides import apply_cfg_overrides
+
+    overriding = {name: c.cfg for name, c in task.conditions.items() if c.cfg}
+    if not overriding:
+        return
+    if not task.env.startswith(("isaaclab:", "mjlab:")):
+        name = next(iter(overriding))
+        raise ValueError(f"{where}.conditions.{name}.cfg: cfg overrides apply to Isaac Lab and mjlab tasks only.")
+    cfg = task_config(task.env)
+    if cfg is None:
+        return
+    for name, overrides in overriding.items():
+        try:
+            apply_cfg_overrides(copy.deepcopy(cfg), overrides)
+        except ValueError as exc:
+            raise ValueError(f"{where}.conditions.{name}.cfg: {exc}") from None
 
 
 def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:

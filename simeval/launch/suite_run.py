@@ -3,12 +3,18 @@
 Checkpoints come from the usual source (``--checkpoint`` or ``--watch``). Each
 one brings a job per cell of the suite whose task is the checkpoint's env (a
 checkpoint that records no env gets every cell). An evaluator is built for one
-cell (its env carries the cell's condition); an idle one takes a job of its own
-cell first and is rebuilt for another cell only when none is left, so a
-backlog of checkpoints costs one env build per cell. ``--workers K`` (Ray)
+cell (its env carries the cell's condition) and one plan (the checkpoint's
+policy); an idle one takes a job of its own cell first and is rebuilt for another
+cell (or a checkpoint of another plan) only when none is left, so a backlog of
+checkpoints costs one env build per cell. ``--workers K`` (Ray)
 runs K cells at once. Every outcome is one results.jsonl line, appended and
 fsync'd as it comes in; a restart skips every (checkpoint, task, condition)
-already there, so nothing measured is run twice and nothing is lost.
+already there, so nothing measured is run twice and nothing is lost. The newest
+line of a cell decides: a failed one is evaluated again when it says
+``retry: "resume"`` (a lost worker) or with ``--retry-failed`` (see
+:mod:`simeval.launch.results`); so is a checkpoint recorded as unreadable.
+``--until-step N`` ends the run once a checkpoint at or past N was taken, its
+cells' outcomes (or its failure to load) recorded.
 
 A cell's numbers depend only on the checkpoint and the cell (task, condition,
 seed, num_envs, episodes, max_steps): not on the order, the worker or K.
@@ -63,30 +69,48 @@ class SuiteRun:
         self.out, self.log, self.stop = out, log, stop
         self.slots = [_Slot() for _ in range(max(1, self.cfg.workers))]
         self.jobs: list[_Job] = []
-        self.done = self._done_cells()
         self.closed = False  # --until-step reached: take no more checkpoints
+        self._resume()
 
-    def _done_cells(self) -> set[tuple[str, str, str]]:
-        """(checkpoint name, task, condition) of every line of this suite already in results.jsonl."""
-        return {
-            (r["checkpoint_name"], r["task"], r["condition"])
-            for r in self.log.records()
-            if r.get("suite") == self.suite.name and "task" in r and "checkpoint_name" in r
-        }
+    def _resume(self) -> None:
+        """What results.jsonl holds of this suite, newest line first: done cells, unreadable files, --until-step."""
+        from simeval.launch.results import resume_from
+        from simeval.launch.sweep import reached
+
+        retry = self.cfg.retry_failed
+        lines = [r for r in self.log.records() if r.get("suite") == self.suite.name and "checkpoint_name" in r]
+        cells = resume_from(
+            lines, lambda r: (r["checkpoint_name"], r["task"], r["condition"]) if "task" in r else None, retry
+        )
+        files = resume_from(lines, lambda r: r["checkpoint_name"], retry)  # a name's newest line, of a cell or not
+        unreadable = {name for name, r in files.newest.items() if "task" not in r}
+        self.done: set[tuple[str, str, str]] = cells.done
+        self._unreadable = unreadable & files.done
+        self._failures = (len(cells.retried) + len(unreadable & files.retried), len(cells.left) + len(self._unreadable))
+        self._nouns = (bool(cells.retried or cells.left), bool(unreadable))  # which kinds failed: cells, files
+        steps = [files.newest[n]["step"] for n in self._unreadable if files.newest[n].get("step") is not None]
+        self.closing = reached(self.cfg.until_step, steps)  # a resume whose unreadable file reached it
 
     def unreadable(self) -> set[str]:
-        """Checkpoint names recorded as unreadable (a failed line without a cell): never tried again."""
-        return {
-            r["checkpoint_name"]
-            for r in self.log.records()
-            if r.get("status") == "failed" and "task" not in r and "checkpoint_name" in r
-        }
+        """Checkpoint names recorded as unreadable (a failed line without a cell) that this run leaves alone."""
+        return set(self._unreadable)
+
+    def _say_resume(self) -> None:
+        """The resume's lines: the cells already done, and the failures it retries or leaves."""
+        from simeval.launch.results import failures_line
+
+        if self.done:
+            print(f"resuming: {len(self.done)} cell evaluation(s) already in {self.log.path}", flush=True)
+        cells, files = self._nouns
+        noun = "evaluation(s)" if cells and files else "checkpoint(s)" if files else "cell evaluation(s)"
+        line = failures_line(noun, *self._failures, self.cfg.retry_failed)
+        if line:
+            print(line, flush=True)
 
     # -- the loop -------------------------------------------------------------
     def run(self, source: CheckpointSource) -> int:
         """Evaluate every cell of every checkpoint ``source`` gives, until it is done or a signal; exit code 0."""
-        if self.done:
-            print(f"resuming: {len(self.done)} cell evaluation(s) already in {self.log.path}", flush=True)
+        self._say_resume()
         next_scan = 0.0
         try:
             while not self.stop.is_set():
@@ -110,27 +134,37 @@ class SuiteRun:
                 self._close(slot)
 
     def _take(self, source: CheckpointSource) -> None:
-        """Queue the cells still to do of every checkpoint the source has now."""
+        """Queue the cells still to do of every checkpoint the source has now (up to --until-step's)."""
         from simeval.launch.sources import Unreadable
 
+        until = self.cfg.until_step
         while True:
             ck = source.take()
             if ck is None:
+                self.closed = self.closing  # a resume past --until-step: nothing is left below it now
+                return
+            past = until is not None and ck.step is not None and ck.step >= until
+            if past and self.closing:
+                self.closed = True  # the run already reached --until-step: nothing past it is evaluated
                 return
             if isinstance(ck, Unreadable):
                 self._record_failure(ck.path, ck.error, ck.step)
-                continue
-            name = checkpoint_name(ck.path, self.cfg.watch)
-            cells = [c for c in self.suite.cells() if not ck.env or c.task.env == ck.env]
-            if not cells:
-                tasks = ", ".join(t.env for t in self.suite.tasks)
-                print(f"{name}: trained on {ck.env}, which is no task of suite {self.suite.name} ({tasks}).")
-                continue
-            todo = [c for c in cells if (name, *c.key) not in self.done]
-            self.jobs.extend(_Job(ck, c) for c in todo)
-            if self.cfg.until_step is not None and ck.step >= self.cfg.until_step:
+            else:
+                self._queue(ck)
+            if past:
                 self.closed = True
                 return
+
+    def _queue(self, ck: Any) -> None:
+        """Queue ``ck``'s cells not yet done (those of its env's task; every cell for a checkpoint without env)."""
+        name = checkpoint_name(ck.path, self.cfg.watch)
+        cells = [c for c in self.suite.cells() if not ck.env or c.task.env == ck.env]
+        if not cells:
+            tasks = ", ".join(t.env for t in self.suite.tasks)
+            print(f"{name}: trained on {ck.env}, which is no task of suite {self.suite.name} ({tasks}).")
+            return
+        todo = [c for c in cells if (name, *c.key) not in self.done]
+        self.jobs.extend(_Job(ck, c) for c in todo)
 
     def _start_idle(self) -> None:
         """Give each idle slot a job: one of the cell it is built for first, else the oldest job."""
@@ -151,7 +185,7 @@ class SuiteRun:
 
         cfg = self._cell_config(job.cell)
         plan = plan_for(cfg, self.parsed.explicit | {"env"}, job.ck)
-        if slot.cell is None or slot.cell.key != job.cell.key:
+        if slot.cell is None or slot.cell.key != job.cell.key or slot.plan != plan:  # another cell, or policy
             self._close(slot)
             try:
                 backend = check_env(plan.env, cfg.env_backend)
@@ -217,6 +251,7 @@ class SuiteRun:
 
     def _record_cell_failure(self, job: _Job, exc: BaseException) -> None:
         from simeval.launch.config import ConfigError
+        from simeval.launch.session import error_kind
         from simeval.records import failed_record
 
         if isinstance(exc, ConfigError):
@@ -224,7 +259,7 @@ class SuiteRun:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         name = checkpoint_name(job.ck.path, self.cfg.watch)
         print(f"{name} {job.cell.task.env} / {job.cell.condition_name} failed: {message}", flush=True)
-        record = failed_record(job.ck.path, message, job.ck.step, name)
+        record = failed_record(job.ck.path, message, job.ck.step, name, error_kind(exc))
         record.update(job.cell.context(self.suite.name))
         self.log.append(record)
         self.done.add((name, *job.cell.key))
@@ -234,14 +269,14 @@ class SuiteRun:
 
         name = checkpoint_name(path, self.cfg.watch)
         print(f"checkpoint {name} failed: {message}", flush=True)
-        record = failed_record(path, message, step, name)
+        record = failed_record(path, message, step, name, "checkpoint")
         record["suite"] = self.suite.name
         self.log.append(record)
 
     def _close(self, slot: _Slot) -> None:
         if slot.evaluator is not None:
             slot.evaluator.shutdown(timeout=10.0)
-        slot.evaluator, slot.cell, slot.job = None, None, None
+        slot.evaluator, slot.cell, slot.job, slot.plan = None, None, None, None
 
 
 def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) -> int:
@@ -272,8 +307,10 @@ def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) 
     if cfg.source == "checkpoint":
         from simeval.checkpoints import load_checkpoint
 
-        source = One(load_checkpoint(cfg.checkpoint, cfg.format))
+        source = One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
     else:
         check_watch_dir(cfg.watch)
-        source = Watcher(cfg.watch, run.unreadable(), stop, cfg.poll_interval, cfg.format)
+        source = Watcher(
+            cfg.watch, run.unreadable(), stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes
+        )
     return run.run(source)

@@ -5,10 +5,16 @@ hands out checkpoints in step order; each idle evaluator takes the next. A
 result is appended to ``results.jsonl`` (whole, fsync'd) the moment it is in,
 so with K > 1 lines arrive in completion order: readers sort by step (the
 report does). Nothing measured waits in memory for a slower checkpoint, and a
-restart skips every name already in the file: after SIGTERM or a crash, the
-checkpoints that were still running are evaluated again, the others never.
+restart skips every name already in the file (but the failed ones it retries,
+see :mod:`simeval.launch.results`): after SIGTERM or a crash, the checkpoints
+that were still running are evaluated again, the others never.
 The metrics logger (whose dashboards, wandb's in particular, want steps in
 order) gets each result once no lower step is still running.
+
+``--until-step N`` ends the run once a checkpoint at or past N was taken and
+its outcome is in, whatever it is (ok, failed, unreadable, refused); on a resume
+that already reached it (``closing``), the run evaluates what is left below N
+and ends.
 """
 
 from __future__ import annotations
@@ -44,21 +50,29 @@ class Sweep:
         self.running: dict[int, _Running] = {}
         self.idle = list(range(session.slots))
         self.held: list[dict] = []  # recorded, not yet given to the logger
+        self.waiting: Checkpoint | None = None  # taken, but needs another plan than the running evaluations'
+        self.closing = False  # results.jsonl already reached --until-step (a resume)
 
-    def run(self, source: CheckpointSource) -> int:
-        """Evaluate every checkpoint ``source`` gives until it is done, ``--until-step`` or a signal; exit code 0."""
+    def run(self, source: CheckpointSource, closing: bool = False) -> int:
+        """Evaluate every checkpoint ``source`` gives until it is done, ``--until-step`` or a signal; exit code 0.
+
+        ``closing``: results.jsonl already has ``--until-step``'s checkpoint (a resume): evaluate what the
+        source has below it now, then end.
+        """
         stop = self.session.stop
+        self.closing = closing
         closed = False  # --until-step reached: take nothing more
         next_scan = 0.0
         try:
             while not stop.is_set():
-                if self.idle and not closed and not source.done and time.monotonic() >= next_scan:
+                more = not source.done or self.waiting is not None
+                if self.idle and not closed and more and time.monotonic() >= next_scan:
                     closed = self._dispatch(source)
                     next_scan = time.monotonic() + self.cfg.poll_interval
                 if self._collect():
                     next_scan = 0.0  # a worker is free: look for the next checkpoint at once
                 self._publish()
-                if not self.running and (closed or source.done):
+                if not self.running and (closed or (source.done and self.waiting is None)):
                     if closed:
                         print(f"reached --until-step {self.cfg.until_step}; done.", flush=True)
                     return 0
@@ -71,33 +85,47 @@ class Sweep:
             self._publish(everything=True)
 
     def _dispatch(self, source: CheckpointSource) -> bool:
-        """Start checkpoints on idle evaluators; True once one at or past --until-step was started."""
-        from simeval.launch.config import ConfigError
-        from simeval.launch.sources import Unreadable, checkpoint_name
+        """Start checkpoints on idle evaluators; True once the run is closed by --until-step."""
+        from simeval.launch.sources import Unreadable
 
         while self.idle:
-            ck = source.take()
+            ck, self.waiting = self.waiting or source.take(), None
             if ck is None:
-                return False
+                return self.closing  # a resume past --until-step: nothing is left below it now
+            step = ck.step
+            if self.closing and reached(self.cfg.until_step, [step] if step is not None else []):
+                return True  # the run already reached --until-step: nothing past it is evaluated
             if isinstance(ck, Unreadable):
-                self._fail(ck.path, ck.error, ck.step)
-                continue
-            index = self.idle[0]
-            try:
-                attempt = self.log.attempt([checkpoint_name(ck.path, self.cfg.watch)])
-                self.session.start(ck, index)
-            except ConfigError:
-                raise  # the run's settings: no checkpoint could be evaluated
-            except Exception as exc:  # noqa: BLE001 - CheckpointError, ValueError, EvalError: recorded or raised
-                self._failed(ck, exc)
-                continue
-            self.idle.pop(0)
-            self.running[index] = _Running(ck, time.monotonic(), attempt)
-            on = f" on worker {index}" if self.session.slots > 1 else ""
-            print(f"evaluating {ck.path} (step {ck.step}){on} ...", flush=True)
-            if reached(self.cfg.until_step, [ck.step]):
+                self._fail(ck.path, ck.error, step, "checkpoint")
+            elif not self._start(ck):
+                return False  # it waits for the running evaluations of another plan
+            if reached(self.cfg.until_step, [step] if step is not None else []):
                 return True
         return False
+
+    def _start(self, ck: Checkpoint) -> bool:
+        """Start ``ck`` on the first idle evaluator, or record why it cannot be; False when it must wait."""
+        from simeval.launch.config import ConfigError
+        from simeval.launch.session import PlanBusy
+        from simeval.launch.sources import checkpoint_name
+
+        index = self.idle[0]
+        name = checkpoint_name(ck.path, self.cfg.watch)
+        try:
+            attempt = self.session.start(ck, index, journal=lambda: self.log.attempt([name]))
+        except PlanBusy:
+            self.waiting = ck
+            return False
+        except ConfigError:
+            raise  # the run's settings: no checkpoint could be evaluated
+        except Exception as exc:  # noqa: BLE001 - CheckpointError, PlanError, ValueError, EvalError: recorded or raised
+            self._failed(ck, exc)
+            return True
+        self.idle.pop(0)
+        self.running[index] = _Running(ck, time.monotonic(), attempt)
+        on = f" on worker {index}" if self.session.slots > 1 else ""
+        print(f"evaluating {ck.path} (step {ck.step}){on} ...", flush=True)
+        return True
 
     def _collect(self) -> bool:
         """Record every finished evaluation; True if an evaluator became idle."""
@@ -134,21 +162,22 @@ class Sweep:
 
     def _failed(self, ck: Checkpoint, exc: BaseException) -> None:
         from simeval.checkpoints import CheckpointError
+        from simeval.launch.session import error_kind
 
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if not self.keep_going:
             if ck.path in message:
                 raise exc
             raise CheckpointError(f"{ck.path}: {message}") from exc  # the one line names the file
-        self._fail(ck.path, message, ck.step)
+        self._fail(ck.path, message, ck.step, error_kind(exc))
 
-    def _fail(self, path: str, message: str, step: int | None = None) -> None:
+    def _fail(self, path: str, message: str, step: int | None, kind: str) -> None:
         from simeval.launch.sources import checkpoint_name
         from simeval.records import failed_record
 
         name = checkpoint_name(path, self.cfg.watch)
         print(f"checkpoint {name} failed: {message}", flush=True)
-        self.log.append(failed_record(path, message, step, name))
+        self.log.append(failed_record(path, message, step, name, kind))
 
 
 def reached(until: int | None, steps: list[int]) -> bool:

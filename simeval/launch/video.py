@@ -28,9 +28,9 @@ class EpisodeVideo(EpisodeFrames):
         self._tmp = os.path.join(video_dir, f".recording-{os.getpid()}.mp4")
 
     def on_start(self) -> None:
-        """Close any open recording and drop an unfinished file."""
+        """Close any open recording and drop an unfinished file (or a link in its place: never written through)."""
         self.on_end()
-        if os.path.exists(self._tmp):
+        if os.path.lexists(self._tmp):
             os.unlink(self._tmp)
 
     def on_frame(self, frame: np.ndarray) -> None:
@@ -39,6 +39,8 @@ class EpisodeVideo(EpisodeFrames):
             import imageio.v2 as imageio
 
             os.makedirs(self.video_dir, exist_ok=True)
+            if os.path.lexists(self._tmp):  # the recording is a new file, never one a link points to
+                os.unlink(self._tmp)
             self._writer = imageio.get_writer(self._tmp, fps=self.fps, macro_block_size=1)
         self._writer.append_data(frame)
 

@@ -46,7 +46,7 @@ def evaluate(a) -> None:
     backend, ckpt_path, out = a.rest
     import simeval
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
 
     ck = simeval.load_checkpoint(ckpt_path)
     norm = ck.obs_norm is not None  # rsl_rl normalises inside its actor; a simeval checkpoint carries VecNorm
@@ -76,7 +76,7 @@ def bare(a) -> None:
 
     import simeval
     from simeval.envs import OBS_NORM_ID, make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
     from simeval.weights import load_weights
 
     ck = simeval.load_checkpoint(ckpt_path)

@@ -1,8 +1,9 @@
 """Isaac Lab task-config overrides (a suite condition's ``cfg``) on the real Isaac Lab 3.0, kit-less on Newton.
 
 One Isaac Lab process (Isaac Lab keeps one simulation per process) runs this
-file as a script: it asks ``simeval.envs.make_env`` for a bad override path
-(no sim is built for it), then builds the offline manager-based cartpole
+file as a script: it asks ``simeval.envs.make_env`` for a bad override path and
+for overrides that are not data (no sim is built for them), loads suite files
+whose overrides are checked against the task's config, then builds the offline manager-based cartpole
 (``isaaclab:Simeval-Isaac-Cartpole``, 4 sub-envs) with the pole three times as
 heavy (``events.add_pole_mass``) and a fixed initial state, reads the overrides
 back from the env's config and the pole's mass back from the articulation and
@@ -11,15 +12,22 @@ episode; then turns the mass event back to its nominal scale and plays again.
 The tests read what it wrote.
 
     python test_cfg_overrides.py OUT.json
+
+Overrides are data only: Isaac Lab 3.0 imports and calls a term's ``func`` given as a
+``"module:function"`` string (verified: a gadget module named in
+``events.add_pole_mass.func`` was imported and called at every reset), so a suite
+naming one is refused when it is loaded, and nothing it names is imported.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
-from isaac_script import error_of, run_script
+from isaac_script import REPO, error_of, run_script
 
 TASK = "isaaclab:Simeval-Isaac-Cartpole"
 MASS = "events.add_pole_mass.params.mass_distribution_params"
@@ -32,6 +40,26 @@ FIXED_START = {
     "events.reset_pole_position.params.position_range": [0.2, 0.2],
     "events.reset_pole_position.params.velocity_range": [0.0, 0.0],
 }
+DATA_ONLY = "a cfg override sets data only"
+# A module a suite's author could leave on sys.path (the launcher's working directory): importing it, or calling
+# its function, leaves a marker file. Isaac Lab imports and calls it when a term's func names it.
+GADGET = """\
+import os
+open(os.path.join(os.environ["SIMEVAL_MARKER_DIR"], "imported"), "w").close()
+def touch(*args, **kwargs):
+    open(os.path.join(os.environ["SIMEVAL_MARKER_DIR"], "called"), "w").close()
+"""
+SUITE = """\
+name: cartpole-cfg
+episodes: 2
+num_envs: 2
+max_steps: 10
+tasks:
+  - env: {task}
+    conditions:
+      nominal: {{}}
+      {name}: {{cfg: {{{path}: {value}}}}}
+"""
 
 pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
 
@@ -84,6 +112,61 @@ def test_a_heavier_pole_changes_the_returns_under_a_fixed_policy(probed):
     assert abs(heavy[0] - nominal[0]) > 0.05, (heavy, nominal)
 
 
+def test_overrides_that_are_not_data_are_refused_before_any_env_is_built(probed):
+    refused = probed["refused"]
+    expected = {
+        "func": "'func' names a callable or a class the simulator imports or calls",
+        "clone_strategy": "the field holds a callable (function",
+        "asset_cfg": "the field holds a config object (SceneEntityCfg)",
+        "params": "the field holds a dict that holds more than plain data",
+        "min_mass": "a string lands where the config holds 1e-06",
+    }
+    assert set(refused) == set(expected)
+    for name, words in expected.items():
+        error = refused[name]
+        assert error["type"] == "ValueError" and "\n" not in error["message"], error
+        assert error["message"].startswith("cfg override '") and words in error["message"], error
+        assert DATA_ONLY in error["message"]
+
+
+def test_a_suite_is_checked_against_the_tasks_config_when_it_is_loaded(probed):
+    suites = probed["suites"]
+    assert suites["genuine"] == {"type": None, "message": ""}  # the pole-mass override loads as before
+    for name, words in (
+        ("callable", "tasks[0].conditions.evil.cfg: cfg override 'scene.clone_cfg.clone_strategy': the field holds"),
+        ("bad_path", "tasks[0].conditions.typo.cfg: cfg override 'events.add_pole_mas.params.x': 'add_pole_mas' is"),
+    ):
+        error = suites[name]
+        assert error["type"] == "ConfigError" and "\n" not in error["message"], error
+        assert error["message"].startswith(suites["path"] + ": " + words), error
+
+
+def test_a_suite_naming_a_module_for_a_terms_func_is_refused_at_load_and_nothing_is_imported(tmp_path):
+    gadget, marks, out = tmp_path / "gadget", tmp_path / "marks", tmp_path / "out"
+    gadget.mkdir()
+    marks.mkdir()
+    (gadget / "simeval_gadget.py").write_text(GADGET)
+    suite = tmp_path / "evil.yaml"
+    suite.write_text(
+        SUITE.format(task=TASK, name="evil", path="events.add_pole_mass.func", value="simeval_gadget:touch")
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{gadget}", "SIMEVAL_MARKER_DIR": str(marks)}
+    checkpoint = os.path.join(REPO, "simeval", "data", "isaaclab_cartpole_rsl_rl", "model_149.pt")
+    cmd = [sys.executable, "-m", "simeval.launch", "--suite", str(suite), "--checkpoint", checkpoint, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env, cwd=REPO)
+    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert last.endswith(
+        f"{suite}: tasks[0].conditions.evil.cfg.events.add_pole_mass.func: 'func' names a callable or a class "
+        "the simulator imports or calls; a cfg override sets data only: numbers, booleans, null, strings where "
+        "the config holds a string, and lists or mappings of these."
+    ), last
+    assert list(marks.iterdir()) == [] and not (out / "results.jsonl").exists()
+    # the gadget is live: imported, it leaves its marker
+    subprocess.run([sys.executable, "-c", "import simeval_gadget"], check=True, env=env, cwd=REPO, timeout=60)
+    assert [p.name for p in marks.iterdir()] == ["imported"]
+
+
 def test_cfg_overrides_are_for_isaac_lab_tasks_only():
     from simeval.envs import make_env
 
@@ -124,11 +207,46 @@ def _episode(env, robot) -> dict:
     }
 
 
+def _refused() -> dict:
+    """What ``make_env`` says to overrides that are not data, each in the real config (no env is built)."""
+    from simeval.envs import make_env
+
+    cases = {
+        "func": {"events.add_pole_mass.func": "os:system"},
+        "clone_strategy": {"scene.clone_cfg.clone_strategy": "random"},  # a callable, by its value in the config
+        "asset_cfg": {"events.add_pole_mass.params.asset_cfg": {"name": "robot"}},
+        "params": {"events.add_pole_mass.params": {"mass_distribution_params": [2.0, 2.0]}},
+        "min_mass": {"events.add_pole_mass.params.min_mass": "tiny"},
+    }
+    return {
+        name: error_of(lambda o=o: make_env(TASK, num_envs=4, device="cpu", cfg_overrides=o))
+        for name, o in cases.items()
+    }
+
+
+def _suites(tmp: str) -> dict:
+    """What ``load_suite`` says to suite files whose overrides the task's config takes, or does not."""
+    from simeval.launch.suite import load_suite
+
+    cases = {
+        "genuine": ("heavy", MASS, "[3.0, 3.0]"),
+        "callable": ("evil", "scene.clone_cfg.clone_strategy", "random"),
+        "bad_path": ("typo", "events.add_pole_mas.params.x", "1.0"),
+    }
+    out = {"path": os.path.join(tmp, "suite.yaml")}
+    for label, (name, path, value) in cases.items():
+        with open(out["path"], "w") as f:
+            f.write(SUITE.format(task=TASK, name=name, path=path, value=value))
+        out[label] = error_of(lambda: load_suite(out["path"]))
+    return out
+
+
 def _probe(out: str) -> None:
     import torch
 
     from simeval.envs import isaaclab_offline, make_env
 
+    refused, suites = _refused(), _suites(os.path.dirname(out))
     bad = error_of(lambda: make_env(TASK, num_envs=4, device="cpu", cfg_overrides={"events.add_pole_mas.params.x": 1}))
     bad_index = error_of(
         lambda: make_env(
@@ -166,6 +284,7 @@ def _probe(out: str) -> None:
     ranged = robot.data.body_mass.torch[:, robot.body_names.index("pole")].tolist()
     env.close()
     result = {"bad": bad, "bad_index": bad_index, "identity_term": identity, "cfg": cfg, "ranged": ranged}
+    result.update(refused=refused, suites=suites)
     with open(out, "w") as f:
         json.dump({**result, "heavy": heavy, "nominal": nominal}, f)
 

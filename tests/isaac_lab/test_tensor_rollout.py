@@ -100,7 +100,7 @@ def _seeded_mlp(env):
 def _rounds(task, num_envs, episodes, max_steps, policy, collector: bool) -> list[dict]:
     import simeval
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
 
     weights = None
     if policy == "checkpoint":

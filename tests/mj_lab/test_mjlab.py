@@ -96,7 +96,7 @@ def test_make_env_builds_the_mjlab_task_with_simevals_transform_layout():
 def _evaluate(backend: str, ckpt: str, seed: int, episodes: int = 4, condition=None) -> dict:
     import simeval
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
 
     ck = simeval.load_checkpoint(ckpt)
     ev = simeval.Evaluator(
@@ -150,7 +150,7 @@ def test_rsl_rl_checkpoint_and_onnx_act_as_mjlabs_own_policy(run_dir):
 
     import simeval
     from simeval.envs import make_env
-    from simeval.policies import build_policy
+    from simeval.factories import build_policy
 
     ckpt = os.path.join(run_dir, f"model_{ITERATIONS - 1}.pt")
     cfg = load_env_cfg(TASK_ID, play=True)
@@ -248,6 +248,36 @@ def test_bad_mjlab_input_is_one_line():
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert "Mjlab-Tracking-Flat-Unitree-G1" in line or "none.pt" in line
+
+
+@pytest.mark.parametrize(
+    "name, path, value, words",
+    [
+        ("fast", "commands.twist.ranges.lin_vel_x", "[1.5, 1.5]", None),  # data into data: loads as before
+        ("evil", "events.foot_friction_slide.func", "os:system", ".func: 'func' names a callable or a class"),
+        ("whole", "commands.twist.ranges", "{lin_vel_x: [1.0, 1.0]}", ": cfg override 'commands.twist.ranges': "
+         "the field holds a config object (Ranges)"),
+        ("entity", "events.foot_friction_slide.params.asset_cfg", "{name: robot}", ": cfg override "
+         "'events.foot_friction_slide.params.asset_cfg': the field holds a config object (SceneEntityCfg)"),
+        ("typo", "commands.twist.nope", "1.0", ": cfg override 'commands.twist.nope': 'nope' is not in commands.twist"),
+    ],
+)  # fmt: skip
+def test_a_suites_cfg_overrides_are_data_checked_against_mjlabs_config_at_load(tmp_path, name, path, value, words):
+    from simeval.launch.config import ConfigError
+    from simeval.launch.suite import load_suite
+
+    suite = tmp_path / "go1.yaml"
+    conditions = f"      {name}: {{cfg: {{{path}: {value}}}}}\n"
+    suite.write_text(f"name: go1\ntasks:\n  - env: {TASK}\n    conditions:\n{conditions}")
+    if words is None:
+        assert load_suite(str(suite)).cells()[0].condition.cfg == {path: [1.5, 1.5]}
+        return
+    with pytest.raises(ConfigError) as err:
+        load_suite(str(suite))
+    message = str(err.value)
+    assert message.startswith(f"{suite}: tasks[0].conditions.{name}.cfg") and words in message, message
+    assert "a cfg override sets data only" in message or name == "typo"
+    assert "\n" not in message
 
 
 def test_rsl_rl_integration_evaluates_mjlabs_runner_every_iteration_beside_training(tmp_path):

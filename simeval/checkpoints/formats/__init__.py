@@ -7,7 +7,6 @@ import torch only inside their functions, so importing this registry is light.
 
 from __future__ import annotations
 
-import io
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,12 +52,16 @@ def module(name: str) -> Reader:
     return READERS[name]
 
 
-def torch_data(raw: bytes) -> tuple[Any, BaseException | None]:
-    """``torch.load(weights_only=True)`` of ``raw``: (data, None), or (None, why it failed)."""
-    import torch
+def torch_data(raw: bytes, path: str, max_bytes: int) -> tuple[Any, BaseException | None]:
+    """``torch.load(weights_only=True)`` of ``raw`` (the file at ``path``), bounded: (data, None), or (None, why
+    it failed). What :mod:`~simeval.checkpoints.bounds` refuses raises its CheckpointError."""
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import torch_load
 
     try:
-        return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True), None
+        return torch_load(raw, path, max_bytes), None
+    except CheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - a pickle refusal, a truncated zip, not a torch file, ...
         return None, exc
 

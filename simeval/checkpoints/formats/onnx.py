@@ -64,11 +64,16 @@ def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     from tensordict import TensorDict
 
     from simeval.checkpoints.base import Checkpoint, CheckpointError
+    from simeval.checkpoints.formats.onnx_net import check_graph
 
     raw = _read(path) if raw is None else raw
     model = _parse(path, raw)
     if model is None:
         raise CheckpointError(f"{path}: not a readable ONNX model (truncated or corrupt: no graph parses from it).")
+    try:
+        check_graph(raw, path)
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
     obs_dim, act_dim = io_dims(model, path)
     props = _props(model)
     model_bytes = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
@@ -120,8 +125,8 @@ def io_dims(model: ModelProto, path: str) -> tuple[int, int]:
     return dims[0], dims[1]
 
 
-def actor(env: EnvBase, path: str | None = None) -> TensorDictModule:
-    """``observation -> action`` by onnxruntime; the graph comes with the weights, or from the file ``path``.
+def actor(env: EnvBase) -> TensorDictModule:
+    """``observation -> action`` by onnxruntime; the graph comes with the weights (``Checkpoint.policy``).
 
     Runs on the CUDA provider when the env lives on a GPU and onnxruntime has
     one, else on the CPU (one thread: the simulator needs the cores).
@@ -135,8 +140,6 @@ def actor(env: EnvBase, path: str | None = None) -> TensorDictModule:
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec
     device = getattr(env, "device", None)
     net = OnnxPolicy(obs_dim, spec.shape[-1], spec.dtype, device=None if device is None else str(device))
-    if path is not None:
-        net.load_model(_read(path), source=path)
     module = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
     return stamp(module, FACTORY, {})
 

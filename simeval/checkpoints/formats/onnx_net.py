@@ -8,6 +8,92 @@ import numpy as np
 import torch
 
 _NUMPY = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16}
+MAX_TENSOR_BYTES = 1 << 30  # any one tensor a policy graph computes, at batch size 1
+# Ops whose output size comes from data: a graph may use them only where shape inference knows that size.
+_SIZED_BY_DATA = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot"}
+_REFUSED_OPS = {"Loop", "Scan"}  # iteration counts from data: a policy graph needs none
+_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
+
+
+def check_graph(model: bytes, source: str = "the ONNX model") -> None:
+    """Refuse an ONNX graph that reads other files or computes without bound; a one-line ValueError.
+
+    No weights in external files (initialisers, constants, sparse ones, in subgraphs too: they would be read
+    from paths the file names); no ``Loop``/``Scan``; every tensor whose size shape inference knows (symbolic
+    dimensions, e.g. the batch, counted as 1) at most :data:`MAX_TENSOR_BYTES`; and the ops that size their
+    output from data (``Expand``, ``ConstantOfShape``, ``Tile``, ...) only where inference knows that size.
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        proto = onnx.load_model_from_string(model)
+    except (DecodeError, ValueError, RuntimeError):
+        raise ValueError(f"{source}: not a readable ONNX model.") from None
+    graphs = list(_graphs(proto.graph))
+    for graph in graphs:
+        for node in graph.node:
+            if node.op_type in _REFUSED_OPS:
+                raise ValueError(f"{source}: the ONNX graph has a {node.op_type} (iterations from data): refused.")
+        if _external(graph):
+            raise ValueError(f"{source}: ONNX weights in external files are not supported: export them inside it.")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference fails on ops it does not know: sizes stay unknown, checked below
+        inferred = proto
+    known = _known_sizes(inferred.graph)
+    for size, name in known.values():
+        if size > MAX_TENSOR_BYTES:
+            raise ValueError(f"{source}: the ONNX graph computes {name!r:.60} of {size:,} bytes: refused.")
+    for graph in graphs:
+        for node in graph.node:
+            if node.op_type in _SIZED_BY_DATA and any(out and out not in known for out in node.output):
+                raise ValueError(
+                    f"{source}: the ONNX graph's {node.op_type} takes its output size from data simeval cannot "
+                    "bound before running it: refused (export the policy with static shapes)."
+                )
+
+
+def _graphs(graph: object) -> object:
+    """``graph`` and every subgraph in its nodes' attributes (If branches, ...)."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g, *attr.graphs] if attr.HasField("g") else list(attr.graphs):
+                yield from _graphs(sub)
+
+
+def _external(graph: object) -> bool:
+    """Whether any tensor of ``graph`` (initialisers, sparse ones, Constant attributes) lives in another file."""
+    from onnx import TensorProto
+
+    tensors = [*graph.initializer]
+    tensors += [s.values for s in graph.sparse_initializer] + [s.indices for s in graph.sparse_initializer]
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                tensors.append(attr.t)
+            tensors.extend(attr.tensors)
+            if attr.HasField("sparse_tensor"):
+                tensors += [attr.sparse_tensor.values, attr.sparse_tensor.indices]
+    return any(t.data_location == TensorProto.EXTERNAL or len(t.external_data) for t in tensors)
+
+
+def _known_sizes(graph: object) -> dict[str, tuple[int, str]]:
+    """Value name -> (bytes at batch size 1, name) for every value whose shape inference fully knows."""
+    out = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor = value.type.tensor_type
+        if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
+            continue
+        dims = tensor.shape.dim
+        if not all(d.HasField("dim_value") or d.HasField("dim_param") for d in dims):
+            continue
+        count = 1
+        for d in dims:
+            count *= d.dim_value if d.HasField("dim_value") else 1
+        out[value.name] = (count * _ELEMENT_BYTES.get(tensor.elem_type, 8), value.name)
+    return out
 
 
 class OnnxPolicy(torch.nn.Module):
@@ -32,6 +118,7 @@ class OnnxPolicy(torch.nn.Module):
         """Build the session for ``model``; a one-line ValueError when it does not fit the env."""
         import onnxruntime as ort
 
+        check_graph(model, source)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1

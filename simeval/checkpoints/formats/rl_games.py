@@ -276,9 +276,10 @@ def _data(path: str, raw: bytes | None, data: Any) -> Any:
 
 
 def _safe_load(path: str, raw: bytes | None) -> Any:
-    import io
-
     import torch
+
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import DEFAULT_MAX_BYTES, torch_load
 
     try:
         if raw is None:
@@ -287,9 +288,10 @@ def _safe_load(path: str, raw: bytes | None) -> Any:
                     return None
         elif not raw.startswith(b"PK"):
             return None  # not a torch zip (ONNX, YAML, ...)
-        source = io.BytesIO(raw) if raw is not None else path
         with _LOCK, torch.serialization.safe_globals(torch_safe_globals()):  # the allowlist is process-global
-            return torch.load(source, map_location="cpu", weights_only=True, mmap=raw is None)
+            return torch_load(raw if raw is not None else path, path, DEFAULT_MAX_BYTES, mmap=raw is None)
+    except CheckpointError:
+        raise  # over a bound: refused, whoever reads it
     except Exception:  # noqa: BLE001 - refused (code, other globals) or not a torch file: not ours to read
         return None
 

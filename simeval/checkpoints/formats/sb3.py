@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 NAME = "sb3"
 WATCH = ["*.zip"]  # model.save(<name>) and CheckpointCallback's <prefix>_<N>_steps.zip
 FACTORY = "simeval.checkpoints.formats.sb3:actor"
-_MAX_MEMBER = 1 << 30  # bytes: a zip member beyond this is not a policy
+_MAX_DATA = 64 << 20  # bytes: SB3's JSON ``data`` member is kilobytes; the weights are bounded by the file's cap
 _FAMILY = {"ActorCriticPolicy": "ppo", "SACPolicy": "sac", "TD3Policy": "td3"}  # MlpPolicy of each algorithm
 _DEFAULT_ACTIVATION = {"ppo": "Tanh", "sac": "ReLU", "td3": "ReLU"}
 _ACTOR_PREFIXES = {
@@ -205,15 +205,16 @@ def _open_zip(path: str, raw: bytes | None) -> zipfile.ZipFile:
     return zipfile.ZipFile(io.BytesIO(raw) if raw is not None else path)
 
 
-def _member(path: str, z: zipfile.ZipFile, name: str) -> bytes:
-    if z.getinfo(name).file_size > _MAX_MEMBER:
-        raise error(path, f"its {name} is larger than {_MAX_MEMBER >> 20} MiB: not a Stable-Baselines3 policy")
+def _member(path: str, z: zipfile.ZipFile, name: str, limit: int | None = None) -> bytes:
+    """Member ``name``, refused unread when its directory entry says it is over ``limit`` bytes."""
+    if limit is not None and z.getinfo(name).file_size > limit:
+        raise error(path, f"its {name} is larger than {limit >> 20} MiB: not a Stable-Baselines3 policy")
     return z.read(name)
 
 
 def _json(path: str, z: zipfile.ZipFile) -> dict:
     try:
-        out = json.loads(_member(path, z, "data"))
+        out = json.loads(_member(path, z, "data", _MAX_DATA))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(path, f"its data member is not JSON ({exc})") from None
     if not isinstance(out, dict) or not isinstance(out.get("num_timesteps"), int):
@@ -224,8 +225,13 @@ def _json(path: str, z: zipfile.ZipFile) -> dict:
 def _state_dict(path: str, z: zipfile.ZipFile) -> dict:
     import torch
 
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import DEFAULT_MAX_BYTES, torch_load
+
     try:
-        state = torch.load(io.BytesIO(_member(path, z, "policy.pth")), map_location="cpu", weights_only=True)
+        state = torch_load(_member(path, z, "policy.pth"), path, DEFAULT_MAX_BYTES)
+    except CheckpointError:
+        raise
     except pickle.UnpicklingError as exc:
         found = re.search(r"GLOBAL ([\w.]+)", str(exc))
         what = f"it references {found.group(1)}" if found else "it holds objects other than tensors"

@@ -26,6 +26,7 @@ def error(path: str, problem: str) -> CheckpointError:
 
 
 VECNORMALIZE_ENV = "SIMEVAL_SB3_VECNORMALIZE"
+MAX_STATS_BYTES = 64 << 20  # VecNormalize statistics: arrays of observation size, kilobytes in practice
 NPZ_HINT = (
     "save the statistics with np.savez(PATH.npz, mean=env.obs_rms.mean, var=env.obs_rms.var, "
     "clip_obs=env.clip_obs, epsilon=env.epsilon) instead"
@@ -75,7 +76,10 @@ def read(stats_path: str, obs_dim: int) -> dict | None:
     import numpy as np
 
     try:
+        _check_bounds(stats_path)
         stats = _npz_stats(stats_path) if stats_path.endswith(".npz") else _pickle_stats(stats_path)
+    except CheckpointError:
+        raise
     except _Refused as exc:
         raise error(stats_path, f"refused to read VecNormalize statistics: {exc}; {NPZ_HINT}") from None
     except OSError as exc:
@@ -90,6 +94,17 @@ def read(stats_path: str, obs_dim: int) -> dict | None:
         if stats[key].shape != (obs_dim,) or not np.isfinite(stats[key]).all():
             raise error(stats_path, f"VecNormalize {key} has shape {stats[key].shape}, the policy takes ({obs_dim},)")
     return stats
+
+
+def _check_bounds(stats_path: str) -> None:
+    """Statistics are a few arrays of observation size: a file (or an ``.npz`` expanding) past MAX_STATS_BYTES is
+    refused unread."""
+    from simeval.checkpoints.bounds import check_size, check_zip
+
+    check_size(stats_path, os.path.getsize(stats_path), MAX_STATS_BYTES)
+    if stats_path.endswith(".npz"):
+        with open(stats_path, "rb") as f:
+            check_zip(stats_path, f, MAX_STATS_BYTES)
 
 
 def _npz_stats(stats_path: str) -> dict:

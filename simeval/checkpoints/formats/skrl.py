@@ -394,13 +394,9 @@ def _size(scaler: Any) -> int | None:
 
 def _agent_yaml(path: str) -> dict | None:
     """The run's skrl config: ``<run>/params/agent.yaml`` (Isaac Lab), the checkpoints in ``<run>/checkpoints``."""
-    from simeval.checkpoints.base import CheckpointError
     from simeval.checkpoints.formats.yaml_params import run_params
 
-    try:
-        out = run_params(path, "checkpoints")
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: {exc}") from None
+    out = run_params(path, "checkpoints")
     return out if out is not None and isinstance(out.get("models"), dict) else None  # else another library's
 
 

@@ -10,6 +10,7 @@ evaluated as code) and ``clip_mean_actions``.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Sequence
 
@@ -33,7 +34,10 @@ _BINARY = {
     ast.Div: operator.truediv,
     ast.Pow: operator.pow,
 }
-_TOKEN = "ACTIONS"
+_TOKEN = "ACTIONS"  # noqa: S105 - the instantiator's placeholder for the network output, not a secret
+MAX_EXPONENT = 16
+_PROBE = 100.0  # network outputs the expression must map to finite actions
+_MAX_SOURCE = 1000
 
 
 def layer_indices(activations: Sequence[str | None]) -> list[int]:
@@ -49,16 +53,59 @@ def parse_output(source: str) -> ast.expr:
     """The instantiator's ``output`` expression (``ACTIONS``, ``2 * tanh(ACTIONS)``, ...) as a checked AST.
 
     Only numbers, the ``ACTIONS`` token, ``+ - * / **``, unary minus and the
-    instantiator's activation functions are allowed; ValueError otherwise.
+    instantiator's activation functions are allowed, and it is evaluated in
+    floats only: every number is a finite float, an exponent is a number of at
+    most :data:`MAX_EXPONENT` in size, and the expression must give finite
+    actions for network outputs across ``[-PROBE, PROBE]``. ValueError otherwise.
     """
+    if not isinstance(source, str) or len(source) > _MAX_SOURCE:
+        raise ValueError(f"output expression {source!r:.60} is not an expression of at most {_MAX_SOURCE} characters.")
     try:
         tree = ast.parse(source.replace("Shape.", ""), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         raise ValueError(f"output expression {source!r} is not an expression.") from None
     _check(tree, source)
     if _TOKEN not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
         raise ValueError(f"output expression {source!r} does not use {_TOKEN}.")
+    _check_numbers(tree, source)
+    probe = torch.linspace(-_PROBE, _PROBE, 2001)
+    with torch.no_grad():
+        out = torch.as_tensor(_apply(tree, probe), dtype=torch.float32)
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"output expression {source!r}: gives non-finite actions for network outputs in [-{_PROBE:g}, {_PROBE:g}]."
+        )
     return tree
+
+
+def _check_numbers(tree: ast.expr, source: str) -> None:
+    """Every number a finite float; every exponent a number of at most MAX_EXPONENT in size."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            try:
+                value = float(node.value)
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value):
+                raise ValueError(f"output expression {source!r}: the number {ast.unparse(node):.40} overflows a float.")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = _constant(node.right)
+            if exponent is None or not abs(exponent) <= MAX_EXPONENT:
+                raise ValueError(
+                    f"output expression {source!r}: the exponent {ast.unparse(node.right):.40} is not a number of at "
+                    f"most {MAX_EXPONENT} in size."
+                )
+
+
+def _constant(node: ast.expr) -> float | None:
+    """The value of a subtree made of numbers alone, folded in floats (None if it uses ACTIONS or overflows)."""
+    if _TOKEN in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
+        return None
+    try:
+        value = float(_apply(node, torch.zeros(())))
+    except (OverflowError, ZeroDivisionError, ValueError, TypeError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _check(node: ast.AST, source: str) -> None:
@@ -83,8 +130,9 @@ def _check(node: ast.AST, source: str) -> None:
 
 
 def _apply(node: ast.expr, x: torch.Tensor) -> torch.Tensor | float:
+    """The checked expression ``node`` with ``ACTIONS`` = ``x``; numbers as floats, never Python integers."""
     if isinstance(node, ast.Constant):
-        return node.value
+        return float(node.value)
     if isinstance(node, ast.Name):
         return x
     if isinstance(node, ast.UnaryOp):
@@ -137,7 +185,6 @@ class SkrlGaussianActor(torch.nn.Module):
             layers.append(torch.nn.Linear(n_in, n_out, bias=biases[i]))
             if i < len(activations) and activations[i] is not None:
                 layers.append(ACTIVATIONS[activations[i]]())
-        assert [i for i, m in enumerate(layers) if isinstance(m, torch.nn.Linear)] == layer_indices(activations)
         self.mlp = torch.nn.Sequential(*layers)
         self.obs_scaler = Standardizer(obs_dim, **obs_norm) if obs_norm is not None else torch.nn.Identity()
         self.output = parse_output(output)

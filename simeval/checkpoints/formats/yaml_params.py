@@ -30,12 +30,11 @@ _ParamsLoader.add_multi_constructor("tag:yaml.org,2002:python/", _unknown)
 
 
 def load_params(path: str) -> dict:
-    """The YAML mapping in ``path`` (plain data only); ValueError naming the file if it is not one."""
-    with open(path) as f:
-        try:
-            data = yaml.load(f, Loader=_ParamsLoader)  # noqa: S506 - a SafeLoader subclass
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not readable YAML ({str(exc).splitlines()[0]}).") from None
+    """The YAML mapping in ``path`` (plain data only, bounded: :func:`simeval.yaml_files.read_yaml`); ValueError
+    naming the file if it is not one."""
+    from simeval.yaml_files import read_yaml
+
+    data = read_yaml(path, _ParamsLoader)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of training parameters.")
     return data
@@ -46,14 +45,20 @@ def run_params(checkpoint: str, subdir: str | None = None) -> dict | None:
 
     The checkpoint sits in the run directory itself or, with ``subdir``, in
     ``<run>/<subdir>/`` (skrl's ``checkpoints``, rl_games' ``nn``). The mapping
-    gains ``"__path__"``, the file it came from.
+    gains ``"__path__"``, the file it came from. A file that cannot be read as data within
+    :mod:`simeval.yaml_files`' bounds is a CheckpointError naming the checkpoint and the file.
     """
     here = os.path.dirname(os.path.abspath(checkpoint))
     runs = [os.path.dirname(here)] if subdir and os.path.basename(here) == subdir else []
     for directory in (*runs, here):
         candidate = os.path.join(directory, "params", "agent.yaml")
         if os.path.isfile(candidate):
-            out = load_params(candidate)
+            try:
+                out = load_params(candidate)
+            except (ValueError, OSError) as exc:  # a bomb, bad YAML, unreadable: one line naming both files
+                from simeval.checkpoints.base import CheckpointError
+
+                raise CheckpointError(f"{checkpoint}: {getattr(exc, 'strerror', None) or exc}") from None
             out["__path__"] = candidate
             return out
     return None

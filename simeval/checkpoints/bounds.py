@@ -1,0 +1,174 @@
+"""Bounds on what reading a checkpoint may cost: file size, a header to recognise, zip directories, tensors.
+
+Every reader goes through these before and after torch's ``weights_only`` load,
+so that no file, however it was made, makes simeval allocate without bound:
+
+- a file larger than ``max_bytes`` (:data:`DEFAULT_MAX_BYTES`, ``--max-checkpoint-size``) is
+  refused before it is read;
+- its first bytes must be those of a zip archive (torch's files, SB3's zips), a
+  pickle (torch's legacy format) or a protobuf (ONNX): anything else is refused
+  having read :data:`HEADER_BYTES`;
+- a zip's uncompressed sizes are summed from its directory before any member is
+  read: over ``max_bytes``, or a member that expands more than :data:`MAX_RATIO`
+  times (a zip bomb), is refused;
+- every tensor loaded must be compact: its logical size within its storage, no
+  zero or overlapping strides (an expanded 1-element tensor would otherwise be
+  copied to gigabytes), so copies of the weights cost what the file holds.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from collections.abc import Iterator
+from typing import IO, Any
+
+from simeval.checkpoints.base import CheckpointError
+
+DEFAULT_MAX_BYTES = 32 << 30  # 32 GiB: the largest released VLA weights (7B parameters in float32: 28 GiB) fit
+HEADER_BYTES = 16
+MAX_LEGACY_BYTES = 1 << 30  # torch's pre-1.6 pickle format: nothing to check before reading it whole
+MAX_PROTOBUF_BYTES = 2 << 30  # protobuf's limit on one message (an ONNX model)
+MAX_RATIO = 100  # uncompressed / compressed size of one zip member; weights compress about 1.1x, JSON about 10x
+_RATIO_FROM = 16 << 20  # members smaller than this may compress as much as they like
+_MAX_MEMBERS = 100_000
+_MAX_DEPTH = 32  # nesting of dicts and lists walked to find the tensors of a loaded file
+
+
+def describe(n: int) -> str:
+    """``n`` bytes as a reader writes it (``512 MiB``, ``32 GiB``)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def parse_size(text: str | int | float) -> int:
+    """``"32G"``, ``"512MiB"``, ``"1.5GB"`` or a number of bytes as bytes (binary units); ValueError otherwise."""
+    import math
+    import re
+
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, (int, float)):
+        number, unit = float(text), ""
+    else:
+        found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), flags=re.IGNORECASE)
+        if not found:
+            raise ValueError(f"not a size: {text!r} (e.g. 32G, 512M or a number of bytes)")
+        number, unit = float(found.group(1)), found.group(2).upper()
+    value = number * (1 << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[unit])
+    if not math.isfinite(value) or value < 1:
+        raise ValueError(f"not a size: {text!r} (a positive number of bytes)")
+    return int(value)
+
+
+def check_size(path: str, size: int, max_bytes: int) -> None:
+    """A CheckpointError when a file of ``size`` bytes is over ``max_bytes``."""
+    if size > max_bytes:
+        raise CheckpointError(
+            f"{path}: {describe(size)}, over the checkpoint size cap of {describe(max_bytes)}: not read. "
+            "If it is a genuine checkpoint, raise the cap with --max-checkpoint-size (load_checkpoint(max_bytes=))."
+        )
+
+
+def kind_of(head: bytes) -> str | None:
+    """What a file's first bytes say it is: ``"zip"``, ``"pickle"`` (torch's legacy format), ``"protobuf"``
+    (ONNX: field 1, a varint), or None."""
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle"
+    if head.startswith(b"\x08"):
+        return "protobuf"
+    return None
+
+
+def check_kind(path: str, kind: str, size: int) -> None:
+    """Refuse a file whose kind cannot be that large: torch's legacy pickle format (read whole to be checked)
+    over :data:`MAX_LEGACY_BYTES`, a protobuf (ONNX) over 2 GiB, protobuf's own limit."""
+    limit = {"pickle": MAX_LEGACY_BYTES, "protobuf": MAX_PROTOBUF_BYTES}.get(kind)
+    if limit is not None and size > limit:
+        what = "torch's legacy (pre-1.6) format" if kind == "pickle" else "an ONNX model (a protobuf)"
+        raise CheckpointError(
+            f"{path}: {describe(size)} in {what}, over the {describe(limit)} such a file can hold here: not read"
+            + (" (re-save it with torch.save)." if kind == "pickle" else ".")
+        )
+
+
+def check_zip(path: str, source: IO[bytes] | bytes, max_bytes: int) -> bool:
+    """Refuse a zip (a file object or bytes) whose members would expand past ``max_bytes`` or more than
+    :data:`MAX_RATIO` times; reads the directory only. False where there is no readable zip directory
+    (a damaged or cut archive: the caller says so), True when it checks out."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source) as z:
+            infos = z.infolist()
+    except Exception:  # noqa: BLE001 - a damaged zip: the caller says what is wrong with it
+        return False
+    if len(infos) > _MAX_MEMBERS:
+        raise CheckpointError(f"{path}: a zip of {len(infos)} members: not a checkpoint (refused unread).")
+    total = sum(info.file_size for info in infos)
+    if total > max_bytes:
+        raise CheckpointError(
+            f"{path}: its zip members expand to {describe(total)}, over the checkpoint size cap of "
+            f"{describe(max_bytes)} (refused unread); raise it with --max-checkpoint-size if it is genuine."
+        )
+    for info in infos:
+        if info.file_size > _RATIO_FROM and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            raise CheckpointError(
+                f"{path}: zip member {info.filename!r:.60} expands {info.file_size // max(info.compress_size, 1)}x "
+                f"(to {describe(info.file_size)}): a zip bomb, not a checkpoint (refused unread)."
+            )
+    return True
+
+
+def check_tensors(path: str, data: Any) -> None:
+    """Refuse tensors in ``data`` (a torch load: dicts, lists, tuples) that are not compact: a logical size
+    beyond their storage, zero or overlapping strides. Tied weights (tensors sharing one storage) are fine."""
+    from simeval.weights import not_compact
+
+    for name, tensor in _tensors(data, "", 0):
+        problem = not_compact(tensor)
+        if problem:
+            raise CheckpointError(
+                f"{path}: tensor {name or '<root>'!r:.80} of shape {tuple(tensor.shape)} {problem}: "
+                "a file torch.save writes from weights has none (refused before any copy)."
+            )
+
+
+def _tensors(data: Any, name: str, depth: int) -> Iterator[tuple[str, Any]]:
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        yield name, data
+    elif depth < _MAX_DEPTH and isinstance(data, dict):
+        for key, value in data.items():
+            yield from _tensors(value, f"{name}.{key}" if name else str(key), depth + 1)
+    elif depth < _MAX_DEPTH and isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            yield from _tensors(value, f"{name}[{i}]", depth + 1)
+
+
+def torch_load(source: bytes | str, path: str, max_bytes: int, **kwargs: Any) -> Any:
+    """``torch.load(weights_only=True)`` of ``source`` (bytes, or a file path with ``mmap=True``), bounded:
+    a zip is checked before (:func:`check_zip`), the tensors after (:func:`check_tensors`).
+
+    Raises CheckpointError for what the bounds refuse; torch's own errors otherwise.
+    """
+    import torch
+
+    if isinstance(source, bytes):
+        if kind_of(source[:HEADER_BYTES]) == "zip":
+            check_zip(path, source, max_bytes)
+        data = torch.load(io.BytesIO(source), map_location="cpu", weights_only=True, **kwargs)
+    else:
+        with open(source, "rb") as f:
+            check_size(path, os.fstat(f.fileno()).st_size, max_bytes)
+            if kind_of(f.read(HEADER_BYTES)) == "zip":
+                f.seek(0)
+                check_zip(path, f, max_bytes)  # a damaged one: torch says so
+        data = torch.load(source, map_location="cpu", weights_only=True, **kwargs)
+    check_tensors(path, data)
+    return data
