@@ -18,13 +18,23 @@ MJLAB_STAMP := $(MJLAB_VENV)/.simeval-installed
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
 
+# A skipped test fails every pytest target here, as it fails CI: SIMEVAL_REQUIRE_ALL=1 (tests/conftest.py).
+# `make test ALLOW_SKIPS=1` lets tests skip on a machine that lacks what they need (root for the Slurm and
+# Docker tests, Chromium, MuJoCo Warp); -rs lists each skip with its reason. A simulator's lane
+# (--simulator=...) fails on a venv without its simulator either way: that is no skip.
+ALLOW_SKIPS ?= 0
+ifeq ($(filter 0 1,$(ALLOW_SKIPS)),)
+$(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
+endif
+PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
+
 .PHONY: demo test test-core test-core-main test-core-docker test-sims test-isaaclab test-mjlab isaaclab mjlab lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
-	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle]"
+	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle,mutate]"
 	touch $@
 
 # pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).
@@ -69,19 +79,20 @@ test-sims:
 test-core: test-core-main test-core-docker
 
 test-core-main: $(STAMP) lint docs
-	$(PY) -m pytest -q --durations=15 --ignore=$(DOCKER_TESTS)
+	$(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS)
 
 test-core-docker: $(STAMP) lint
-	$(PY) -m pytest -q --durations=5 $(DOCKER_TESTS)
+	$(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCKER_TESTS)
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
+# --simulator=isaaclab: the venv must import isaaclab (else pytest stops with an error, no test skipped).
 test-isaaclab: $(ISAAC_STAMP) $(STAMP)
-	RAY_ADDRESS=local $(ISAAC_PY) -m pytest -q --durations=5 tests/isaac_lab
+	RAY_ADDRESS=local $(PYTEST_ENV) $(ISAAC_PY) -m pytest -q -rs --durations=5 --simulator=isaaclab tests/isaac_lab
 
 # mjlab's tests train with mjlab's own trainer for a few iterations on MuJoCo Warp's CPU device.
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
-	RAY_ADDRESS=local $(MJLAB_PY) -m pytest -q --durations=5 tests/mj_lab
+	RAY_ADDRESS=local $(PYTEST_ENV) $(MJLAB_PY) -m pytest -q -rs --durations=5 --simulator=mjlab tests/mj_lab
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
 # file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.
@@ -89,8 +100,8 @@ FUZZ_EXAMPLES ?= 2000
 FUZZ_LAUNCHER_EXAMPLES ?= 200
 .PHONY: fuzz
 fuzz: $(STAMP)
-	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SIMEVAL_FUZZ_LAUNCHER_EXAMPLES=$(FUZZ_LAUNCHER_EXAMPLES) \
-		$(PY) -m pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz.py
+	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SIMEVAL_FUZZ_LAUNCHER_EXAMPLES=$(FUZZ_LAUNCHER_EXAMPLES) $(PYTEST_ENV) \
+		$(PY) -m pytest -q -rs -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz.py
 
 # Faults on seeded schedules, one run per seed of FAULT_SEEDS (make test runs one seed): the launcher of a suite
 # SIGKILLed with torn lines (tests/test_faults.py), and eval workers, a raylet and the launcher killed on a
@@ -99,7 +110,7 @@ FAULT_SEEDS ?= 1 2 3 4 5 6 7 8 9 10
 .PHONY: faults
 faults: $(STAMP)
 	for seed in $(FAULT_SEEDS); do \
-		SIMEVAL_FAULT_SEED=$$seed SIMEVAL_CHAOS_SEED=$$seed $(PY) -m pytest -q -s -p no:cacheprovider \
+		SIMEVAL_FAULT_SEED=$$seed SIMEVAL_CHAOS_SEED=$$seed $(PYTEST_ENV) $(PY) -m pytest -q -rs -s -p no:cacheprovider \
 			tests/test_faults.py tests/test_ray_chaos.py || exit 1; \
 	done
 
@@ -109,6 +120,22 @@ SOAK_ROUNDS ?= 500
 .PHONY: soak
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py --rounds $(SOAK_ROUNDS) --watch-suite 40
+
+# Mutation testing of the code that produces numbers (tools/mutate.py; docs/development.md, "Mutation testing"): a
+# copy of the working tree in .mutation/ (this tree is never written), each mutant judged there by its module's
+# tests, with the copy first on every worker's path. make mutate: MUTANTS_PER_MODULE mutants per module, drawn with
+# MUTATION_SEED; make mutate-full: every mutant (hours). MUTATION_MODULES=stats,metrics runs only those. The report
+# (score per module, each survivor's diff) is printed and kept in .mutation/report.txt and report.json.
+MUTANTS_PER_MODULE ?= 12
+MUTATION_SEED ?= 0
+MUTATION_MODULES ?=
+MUTATE = $(PY) tools/mutate.py$(if $(MUTATION_MODULES), --modules $(MUTATION_MODULES))
+.PHONY: mutate mutate-full
+mutate: $(STAMP)
+	$(MUTATE) --per-module $(MUTANTS_PER_MODULE) --seed $(MUTATION_SEED)
+
+mutate-full: $(STAMP)
+	$(MUTATE) --all
 
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library;
@@ -148,4 +175,4 @@ gpu-check: $(STAMP) $(ISAAC_STAMP)
 	$(PY) benchmarks/gpu_figures.py
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) .pytest_cache docs/_build docs/_generated
+	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) .pytest_cache docs/_build docs/_generated .mutation

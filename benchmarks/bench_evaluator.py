@@ -183,7 +183,7 @@ def main() -> None:
         if backend == "ray":  # started only now: its daemons would disturb the other rows
             import ray
 
-            ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
         mine = "{:8.2f} / {:6.2f}".format(*trigger_times(Evaluator, backend, **kwargs))
         try:
             theirs = "{:8.2f} / {:6.2f}".format(*trigger_times(Anchor, backend, **kwargs))

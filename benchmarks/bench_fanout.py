@@ -112,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), num_gpus=0, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=0, include_dashboard=False, log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
     print(f"machine: {machine()}; Ray {ray.__version__}, local cluster")
     print("\nsweep of the shipped run's 8 checkpoints, launcher defaults (8 envs, 16 episodes, 1000 steps):")

@@ -1,4 +1,4 @@
-"""Test-session set-up: loopback-only Ray, and no silent skips in CI."""
+"""Test-session set-up: loopback-only Ray, and no silent skips (make test and CI) nor silently missing simulators."""
 
 from __future__ import annotations
 
@@ -21,20 +21,82 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 # The real-Isaac-Lab tests run in the Python 3.12 venv (make test-isaaclab), the mjlab tests in mjlab's own
-# venv (make test-mjlab); the core suite has neither.
-SIMULATOR_TESTS = (("isaac_lab", "isaaclab"), ("mj_lab", "mjlab"))  # (folder, the package its tests need)
-collect_ignore = [name for name, module in SIMULATOR_TESTS if importlib.util.find_spec(module) is None]
+# venv (make test-mjlab); the core suite has neither. A simulator's lane names it (--simulator=isaaclab): its
+# folder is collected and a venv without the package is an error. Elsewhere a folder whose package is missing
+# is not collected, and the summary says so in one line.
+SIMULATOR_TESTS = {"isaaclab": "isaac_lab", "mjlab": "mj_lab"}  # the package -> the folder of the tests needing it
+HERE = os.path.dirname(os.path.abspath(__file__))
+NOT_COLLECTED = pytest.StashKey[dict]()  # the simulator folders left out of this session, each with why
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--simulator",
+        action="append",
+        default=[],
+        choices=sorted(SIMULATOR_TESTS),
+        help="a simulator lane (make test-isaaclab, make test-mjlab): its tests are collected, and a venv "
+        "without its package is an error instead of a folder left out",
+    )
+
+
+def _missing(module: str) -> bool:
+    return importlib.util.find_spec(module) is None
+
+
+def pytest_configure(config):
+    # A launcher these tests start joins the cluster they name in RAY_ADDRESS, else starts its own: never the one
+    # in /tmp/ray/ray_current_cluster (another session's `ray start`, or a stale file of a killed cluster).
+    os.environ.setdefault("RAY_ADDRESS", "local")
+    for module in config.getoption("simulator"):
+        if _missing(module):
+            raise pytest.UsageError(
+                f"--simulator={module}: {module} is not importable by {sys.executable}, so "
+                f"tests/{SIMULATOR_TESTS[module]} cannot run: build its venv (make {module})."
+            )
+
+
+def _asked_for(config, path: str) -> bool:
+    """Whether the session's arguments (or testpaths) take in ``path``: it or a folder above it."""
+    for arg in config.args:
+        where = os.path.abspath(os.path.join(config.invocation_params.dir, arg.split("::")[0]))
+        if path == where or path.startswith(where.rstrip(os.sep) + os.sep):
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A simulator's folder is left out where its package is missing and no lane asks for it; the summary names
+    it when the session's arguments took it in (``pytest``, ``pytest tests``), not when they name other files."""
+    for module, folder in SIMULATOR_TESTS.items():
+        path = os.path.join(HERE, folder)
+        if str(collection_path) == path and module not in config.getoption("simulator") and _missing(module):
+            if _asked_for(config, path):
+                left_out = config.stash.setdefault(NOT_COLLECTED, {})
+                left_out[f"tests/{folder}"] = f"no {module} here: make test-{module} runs it"
+            return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left_out = config.stash.get(NOT_COLLECTED, {})
+    if left_out:
+        names = ", ".join(f"{folder} ({why})" for folder, why in left_out.items())
+        terminalreporter.write_line(f"simulator tests not collected: {names}")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """With SIMEVAL_REQUIRE_ALL=1 (set by .ci/run) a skipped test is a failed test."""
+    """With SIMEVAL_REQUIRE_ALL=1 (every pytest target of the Makefile, and so CI) a skipped test is a failed test."""
     outcome = yield
     report = outcome.get_result()
     if report.skipped and os.environ.get("SIMEVAL_REQUIRE_ALL") == "1":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"required test skipped in CI (SIMEVAL_REQUIRE_ALL=1): {reason}"
+        report.longrepr = (
+            f"a test skipped under SIMEVAL_REQUIRE_ALL=1 (make test, CI): {reason}  "
+            "(make test ALLOW_SKIPS=1 lets tests skip on a machine that lacks what they need)"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +104,7 @@ def ray_cluster():
     """A local Ray cluster on loopback declaring one logical GPU, shared by the session."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

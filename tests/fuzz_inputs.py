@@ -23,7 +23,7 @@ import re
 import zipfile
 
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 
 OBS, ACT = 17, 6
@@ -34,12 +34,16 @@ LONG = EXAMPLES > 0 or LAUNCHER_EXAMPLES > 0
 
 def fuzz_settings(default: int, launcher: bool = False) -> settings:
     """The seeded slice (``default`` examples, the same every run) or, with SIMEVAL_FUZZ_EXAMPLES (or
-    SIMEVAL_FUZZ_LAUNCHER_EXAMPLES for a ``launcher`` fuzzer), a random long run."""
+    SIMEVAL_FUZZ_LAUNCHER_EXAMPLES for a ``launcher`` fuzzer), a random long run.
+
+    No deadline (an input may take seconds to load and build, a launcher run more), and every health check
+    on: no fuzzer here needs one suppressed (their draws are small and fast, they filter nothing, and
+    ``tmp_path_factory`` is session-scoped). A fuzzer that comes to need one suppresses that one, where it
+    is defined, saying why."""
     return settings(
         max_examples=(LAUNCHER_EXAMPLES if launcher else EXAMPLES) or default,
         derandomize=not LONG,
         deadline=None,
-        suppress_health_check=list(HealthCheck),
         database=None,
     )
 

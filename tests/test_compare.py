@@ -5,13 +5,23 @@ Run A and run B are results directories written line by line with
 episode (better, a difference of exactly 100), B is A (inconclusive, 0) and
 B is A - 50 with a little noise (worse). Each run has one more cell the other
 lacks. Run A also has an earlier checkpoint (step 100,000) scoring 100 less.
+
+Every expected number comes from an oracle (``_oracle``) that reads the two
+results.jsonl files itself and shares no code with ``simeval.stats``: the
+sign-flip p-value by enumerating every sign pattern, Holm's correction by
+statsmodels, the bootstrap intervals by its own resampling (checked within
+Monte Carlo error), the IQM by sorting and trimming. A second pair of runs
+(``family``) has a cell significant alone that Holm's correction makes
+inconclusive, and one that Holm keeps but Bonferroni would not.
 """
 
 from __future__ import annotations
 
 import html
 import io
+import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -23,7 +33,6 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from simeval import stats
 from simeval.launch import compare, report
 from simeval.metrics import bootstrap_ci
 from simeval.records import append_record
@@ -101,17 +110,144 @@ def runs(tmp_path_factory) -> tuple[str, str]:
     return _write(root / "a" / "out", a), _write(root / "b" / "out", b)
 
 
-def _normalised() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A's and B's normalised scores per cell, keyed as the aggregate keys them."""
-    data = _returns()
-    norm = {f"{t} / {c}": [stats.normalized(x, *REFERENCES[t]) for x in data[(t, c)]] for t, c in CELLS}
-    return {k: v[0] for k, v in norm.items()}, {k: v[1] for k, v in norm.items()}
+# -- the oracle: the expected comparison from the raw results.jsonl lines, sharing no code with simeval.stats ----------
+
+ALPHA = 0.05
+ORACLE_RESAMPLES = 20_000  # the oracle's own bootstraps: ten times simeval's 2000, another generator
 
 
-def _aggregate_verdict() -> str:
-    """The aggregate's verdict: where the paired stratified CI of the IQM difference lies."""
-    diff = stats.aggregate_difference(*_normalised(), statistic="iqm")
-    return "better" if diff.low > 0 else "worse" if diff.high < 0 else "inconclusive"
+def _raw_lines(run_dir: str) -> dict[tuple[str, str], dict]:
+    """Per cell, the line compared: read with json, ok lines only, the highest step (the last written of it)."""
+    picked: dict[tuple[str, str], dict] = {}
+    with open(os.path.join(run_dir, "results.jsonl")) as f:
+        for text in f:
+            line = json.loads(text)
+            if line.get("status") != "ok":
+                continue
+            cell = (line.get("task") or line["env"], line.get("condition") or "nominal")
+            if cell not in picked or line["step"] >= picked[cell]["step"]:
+                picked[cell] = line
+    return picked
+
+
+def _sign_flip_p(d: np.ndarray) -> float:
+    """Exact two-sided p-value of mean(d) == 0: the share of all 2**n sign patterns whose |mean| reaches |mean(d)|."""
+    if not np.any(d):
+        return 1.0
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
+    means = np.abs(signs @ d) / d.size
+    return float(np.mean(means >= abs(d.mean()) * (1 - 1e-9)))
+
+
+def _iqm(x: np.ndarray) -> float:
+    """The interquartile mean by hand: sort, drop floor(n/4) from each end, average the rest."""
+    x = np.sort(np.asarray(x, dtype=np.float64).ravel())
+    cut = x.size // 4
+    return float(x[cut : x.size - cut].mean())
+
+
+def _iqm_rows(rows: np.ndarray) -> np.ndarray:
+    """_iqm of each row of a matrix."""
+    rows = np.sort(rows, axis=1)
+    cut = rows.shape[1] // 4
+    return rows[:, cut : rows.shape[1] - cut].mean(axis=1)
+
+
+def _percentiles(boot: np.ndarray) -> tuple[float, float]:
+    low, high = np.percentile(boot, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+    return float(low), float(high)
+
+
+def _wins(b: np.ndarray, a: np.ndarray) -> float:
+    """P(B > A) over every (episode of B, episode of A) pair, ties half: a double loop, no rank statistic."""
+    total = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in b for y in a)
+    return total / (len(a) * len(b))
+
+
+def _oracle(dir_a: str, dir_b: str) -> dict:
+    """What ``compare dir_a dir_b`` must say: per cell and ``("*", "*")``, numbers, intervals, p-values, verdicts."""
+    from statsmodels.stats.multitest import multipletests
+
+    lines_a, lines_b = _raw_lines(dir_a), _raw_lines(dir_b)
+    cells = [c for c in lines_a if c in lines_b]
+    rng = np.random.default_rng(20240531)
+    out, pairs = {}, {}
+    for cell in cells:
+        la, lb = lines_a[cell], lines_b[cell]
+        by_seed = dict(zip(lb["episode_seeds"], lb["episode_returns"], strict=True))
+        a = np.array(la["episode_returns"], dtype=np.float64)
+        b = np.array([by_seed[s] for s in la["episode_seeds"]], dtype=np.float64)
+        pairs[cell] = (a, b)
+        d = b - a
+        idx = rng.integers(0, d.size, size=(ORACLE_RESAMPLES, d.size))
+        out[cell] = {
+            "mean_a": float(np.mean(a)),
+            "mean_b": float(np.mean(b)),
+            "diff": float(np.mean(d)),
+            "constant": bool(np.all(d == d[0])),
+            "diff_ci": _percentiles(d[idx].mean(axis=1)),
+            "p_improvement": float(np.mean((d > 0) + 0.5 * (d == 0))),
+            "p_value": _sign_flip_p(d),
+        }
+    raw = [out[c]["p_value"] for c in cells]
+    reject, adjusted, _, _ = multipletests(raw, alpha=ALPHA, method="holm")
+    for cell, rejected, p in zip(cells, reject, adjusted, strict=True):
+        diff = out[cell]["diff"]
+        out[cell]["holm"] = float(p)
+        out[cell]["verdict"] = ("better" if diff > 0 else "worse") if rejected else "inconclusive"
+
+    # The aggregate: normalised by each task's reference when every line has one, IQM of all cells pooled.
+    normalised = all("reference" in lines[c] for lines in (lines_a, lines_b) for c in cells)
+    scores = {}
+    for cell, (a, b) in pairs.items():
+        if normalised:
+            low, high = lines_a[cell]["reference"]["low"], lines_a[cell]["reference"]["high"]
+            a, b = (a - low) / (high - low), (b - low) / (high - low)
+        scores[cell] = (a, b)
+    pooled_a = np.concatenate([a for a, _ in scores.values()])
+    pooled_b = np.concatenate([b for _, b in scores.values()])
+    boot_a, boot_b = [], []  # stratified and paired: within each cell, one set of episode indices for A and B
+    for a, b in scores.values():
+        idx = rng.integers(0, a.size, size=(ORACLE_RESAMPLES, a.size))
+        boot_a.append(a[idx])
+        boot_b.append(b[idx])
+    boot = _iqm_rows(np.concatenate(boot_b, axis=1)) - _iqm_rows(np.concatenate(boot_a, axis=1))
+    low, high = _percentiles(boot)
+    out[("*", "*")] = {
+        "normalised": normalised,
+        "mean_a": _iqm(pooled_a),
+        "mean_b": _iqm(pooled_b),
+        "diff": _iqm(pooled_b) - _iqm(pooled_a),
+        "diff_ci": (low, high),
+        "p_improvement": float(np.mean([_wins(b, a) for a, b in scores.values()])),
+        "verdict": "better" if low > 0 else "worse" if high < 0 else "inconclusive",
+    }
+    return out
+
+
+def _near(ours: tuple[float, float], theirs: tuple[float, float]) -> bool:
+    """Two percentile intervals from independent bootstraps (2000 and 20,000 resamples) agree within MC error."""
+    tolerance = 0.15 * (theirs[1] - theirs[0]) + 1e-9
+    return abs(ours[0] - theirs[0]) <= tolerance and abs(ours[1] - theirs[1]) <= tolerance
+
+
+def _check_row(row: dict, expected: dict) -> None:
+    """A ``--json`` row against the oracle."""
+    assert row["mean_a"] == pytest.approx(expected["mean_a"], rel=1e-12, abs=1e-12)
+    assert row["mean_b"] == pytest.approx(expected["mean_b"], rel=1e-12, abs=1e-12)
+    assert row["diff"] == pytest.approx(expected["diff"], rel=1e-9, abs=1e-9)
+    interval = (row["diff_ci_low"], row["diff_ci_high"])
+    if expected.get("constant"):  # the same difference on every episode: nothing to resample
+        assert interval == pytest.approx((expected["diff"],) * 2, rel=1e-9, abs=1e-9)
+    else:
+        assert _near(interval, expected["diff_ci"]), (interval, expected["diff_ci"])
+    assert row["p_improvement"] == pytest.approx(expected["p_improvement"], abs=1e-12)
+    assert row["verdict"] == expected["verdict"]
+
+
+@pytest.fixture(scope="module")
+def oracle(runs) -> dict:
+    return _oracle(*runs)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -144,7 +280,7 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_the_table_gives_each_shared_cell_its_verdict_and_lists_the_others(runs):
+def test_the_table_gives_each_shared_cell_its_verdict_and_lists_the_others(runs, oracle):
     a, b = runs
     proc = _cli("compare", a, b)
     assert proc.returncode == 0, proc.stderr
@@ -156,14 +292,14 @@ def test_the_table_gives_each_shared_cell_its_verdict_and_lists_the_others(runs)
     assert rows[CELLS[0]][2] == "100.0 [100.0, 100.0]"  # B - A: 100 on every episode
     assert rows[CELLS[1]][2] == "0.0 [0.0, 0.0]"
     assert rows[CELLS[0]][3] == "1.00" and rows[CELLS[1]][3] == "0.50" and rows[CELLS[2]][3] == "0.00"
-    assert rows[("*", "*")][-1] == _aggregate_verdict()
+    assert rows[("*", "*")][-1] == oracle[("*", "*")]["verdict"]
     assert "A: a/out  step 200,000 (ck_200000.pt)" in out and "B: b/out  step 200,000 (ck_200000.pt)" in out
     assert "verdicts: Holm-corrected over 3 cells, alpha 0.05" in out
     assert "IQM over normalised scores" in out
     assert "only in A: Hopper-v5 / heavy" in out and "only in B: Walker2d-v5 / nominal" in out
 
 
-def test_json_has_the_agreed_keys_and_the_numbers_of_simeval_stats(runs):
+def test_json_has_the_agreed_keys_and_the_numbers_of_an_independent_oracle(runs, oracle):
     a, b = runs
     proc = _cli("compare", a, b, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -171,23 +307,74 @@ def test_json_has_the_agreed_keys_and_the_numbers_of_simeval_stats(runs):
     keys = ["task", "condition", "mean_a", "mean_b", "diff", "diff_ci_low", "diff_ci_high", "p_improvement", "verdict"]
     assert all(list(row) == keys for row in rows)
     assert [(r["task"], r["condition"]) for r in rows] == [*CELLS, ("*", "*")]
-    data = _returns()
-    for row, cell in zip(rows, CELLS, strict=False):
-        p = stats.paired(*data[cell])
-        assert (row["mean_a"], row["mean_b"]) == (p.mean_a, p.mean_b)
-        assert (row["diff"], row["diff_ci_low"], row["diff_ci_high"]) == (p.diff.value, p.diff.low, p.diff.high)
-        assert row["p_improvement"] == p.p_improvement.value
-        assert row["verdict"] == EXPECTED[cell]
+    for row in rows:
+        _check_row(row, oracle[(row["task"], row["condition"])])
+    assert [row["verdict"] for row in rows[:-1]] == [EXPECTED[cell] for cell in CELLS]  # the answer built in
     assert rows[0]["diff_ci_low"] == rows[0]["diff_ci_high"] == 100.0
-    scores_a, scores_b = _normalised()
-    diff = stats.aggregate_difference(scores_a, scores_b, statistic="iqm")
     agg = rows[-1]
-    assert agg["mean_a"] == stats.aggregate(scores_a)["iqm"].value
-    assert agg["mean_b"] == stats.aggregate(scores_b)["iqm"].value
-    assert (agg["diff"], agg["diff_ci_low"], agg["diff_ci_high"]) == (diff.value, diff.low, diff.high)
+    assert oracle[("*", "*")]["normalised"]  # every line has its task's reference
     assert agg["diff"] == pytest.approx(agg["mean_b"] - agg["mean_a"])
-    assert agg["p_improvement"] == stats.probability_of_improvement(scores_a, scores_b)
-    assert agg["verdict"] == _aggregate_verdict()
+    assert agg["diff_ci_low"] < agg["diff"] < agg["diff_ci_high"]
+
+
+def test_each_cells_p_value_and_holm_verdict_are_the_oracles(runs, oracle):
+    a, b = runs
+    result = compare.compare(report.read_results(a), report.read_results(b), a, b)
+    assert [(c.task, c.condition) for c in result.cells] == CELLS
+    for cell in result.cells:
+        expected = oracle[(cell.task, cell.condition)]
+        # 16 episodes: 2**16 sign patterns, more than simeval's 2000 permutations, so its p-value is a Monte
+        # Carlo estimate (scipy's, (hits + 1) / 2001 a side) of the oracle's exact one: within its error.
+        p, n = expected["p_value"], 2000
+        assert abs(cell.paired.p_value - p) <= 4 * math.sqrt(p * (1 - p) / n) + 2 / (n + 1), (cell.task, p)
+        assert cell.verdict == expected["verdict"]
+
+
+# A family where the correction decides (no references: the aggregate is over raw returns). Each cell's B - A on
+# every episode; B's lines list the episodes in the reverse order (paired back by their seeds). Exact p-values
+# (at most 2**10 sign patterns, fewer than 2000: simeval's test is exact too): 2/2**8, 2/2**7, 2/2**6 = 0.031
+# and 0.46. Raw p-values would call three cells; Holm (x4, x3, x2, ...) calls the first two (0.031, 0.047);
+# Bonferroni (x4 each) only the first.
+FAMILY = {
+    ("Reacher-v5", "nominal"): [3.0, 1.0, 4.0, 1.5, 5.0, 9.0, 2.0, 6.0],
+    ("Reacher-v5", "heavy"): [-2.0, -7.0, -1.0, -8.0, -2.5, -8.5, -3.0],
+    ("Pusher-v5", "nominal"): [0.5, 1.0, 1.5, 2.0, 2.5, 3.0],
+    ("Pusher-v5", "windy"): [2.0, -1.0, 3.0, -2.0, 1.0, -3.0, 2.5, -1.0, 0.5, 4.0],
+}
+FAMILY_VERDICTS = ["better", "worse", "inconclusive", "inconclusive"]
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("family")
+    rng = np.random.default_rng(7)
+    lines_a, lines_b = [], []
+    for (task, condition), d in FAMILY.items():
+        seeds = list(range(900, 900 + len(d)))
+        a = rng.normal(500, 50, len(d))
+        lines_a.append(_line(task, condition, 1000, a, seeds=seeds, reference=False))
+        lines_b.append(_line(task, condition, 1000, (a + np.array(d))[::-1], seeds=seeds[::-1], reference=False))
+    return _write(root / "a", lines_a), _write(root / "b", lines_b)
+
+
+def test_holm_corrects_the_verdicts_of_a_family_where_the_correction_decides(family):
+    a, b = family
+    expected = _oracle(a, b)
+    cells = list(FAMILY)
+    raw = [expected[c]["p_value"] for c in cells]
+    assert raw[:3] == pytest.approx([2 / 2**8, 2 / 2**7, 2 / 2**6]) and raw[3] > 0.3
+    assert [expected[c]["verdict"] for c in cells] == FAMILY_VERDICTS
+    assert sum(p < ALPHA for p in raw) == 3 and sum(len(raw) * p < ALPHA for p in raw) == 1  # raw, Bonferroni
+    result = compare.compare(report.read_results(a), report.read_results(b), a, b)
+    assert [(c.task, c.condition) for c in result.cells] == cells
+    assert [c.paired.p_value for c in result.cells] == pytest.approx(raw, rel=1e-9)
+    assert [c.verdict for c in result.cells] == FAMILY_VERDICTS
+    rows = compare.json_rows(result)  # what --json prints
+    assert [(r["task"], r["condition"]) for r in rows] == [*cells, ("*", "*")]
+    for row in rows:
+        _check_row(row, expected[(row["task"], row["condition"])])
+    assert not expected[("*", "*")]["normalised"] and not result.aggregate.normalised
+    assert "verdicts: Holm-corrected over 4 cells, alpha 0.05" in compare.text_table(result)
 
 
 def test_step_a_picks_an_earlier_checkpoint_and_a_missing_step_is_one_line(runs):
@@ -325,7 +512,7 @@ def chromium() -> None:
         pytest.skip(f"no chromium and it cannot be installed here: {exc}")
 
 
-def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, tmp_path, chromium):
+def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, oracle, tmp_path, chromium):
     a, b = runs
     page = tmp_path / "report" / "compare.html"
     proc = _cli("compare", a, b, "--html", str(page))
@@ -354,8 +541,9 @@ def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, tmp_path
     for cell, verdict in EXPECTED.items():
         assert cells[cell][-1] == verdict
     assert cells[CELLS[0]][2] == "100.0 [100.0, 100.0]"
-    assert cells[("*", "*")][-1] == _aggregate_verdict()
-    assert sorted(dom.classes) == sorted(f"verdict {v}" for v in [*EXPECTED.values(), _aggregate_verdict()])
+    aggregate = oracle[("*", "*")]["verdict"]
+    assert cells[("*", "*")][-1] == aggregate
+    assert sorted(dom.classes) == sorted(f"verdict {v}" for v in [*EXPECTED.values(), aggregate])
 
 
 def test_names_that_look_like_math_are_drawn_as_written(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from launch_helpers import cli
 
@@ -18,9 +18,8 @@ from simeval.checkpoints import peek_step
 from simeval.checkpoints.shipped import shipped_checkpoint
 
 RAW = open(shipped_checkpoint(), "rb").read()
-FUZZ = settings(
-    max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# No health check suppressed: the fixture the fuzzers use, tmp_path_factory, is session-scoped.
+FUZZ = settings(max_examples=300, derandomize=True, deadline=None)
 
 
 def _flip(raw: bytes, flips: list[tuple[int, int]]) -> bytes:

@@ -143,16 +143,20 @@ def test_nested_and_next_prefixed_info_keys():
         num_trajectories=4,
         max_steps=10,
         info_keys=[("next", "step_count"), ("log", "Episode_Reward/length")],
+        metrics_fn=episode_ends,
     )
     assert result["eval/step_count"] == result["eval/episode_length"] == 10.0
     assert result["eval/log/Episode_Reward/length"] == 10.0
-    # Every episode ran 10 steps (even): Metrics/success_rate was reported and is the rate.
-    assert result["eval/success_rate"] == result["eval/log/Metrics/success_rate"] is not None
+    # Every episode ran 10 steps (even): Metrics/success_rate was reported at each end, and is the rate. Its
+    # value is read independently from the kept episodes' padded trajectories (helpers.episode_ends).
+    assert result["eval/check_log_success_count"] == 4
+    assert result["eval/log/Metrics/success_rate"] == pytest.approx(result["eval/check_log_success"], rel=1e-9)
+    assert result["eval/success_rate"] == pytest.approx(result["eval/check_log_success"], rel=1e-9)
 
 
 def test_tally_reads_values_at_episode_ends_across_batches():
     # Two sub-envs, two batches of 4 steps. Sub-env 0's second episode straddles the
-    # boundary; sub-env 1 ends three episodes but its quota keeps two.
+    # boundary; sub-env 1 ends three episodes but its quota keeps two. Every step's reward differs.
     done = [
         torch.tensor([[0, 1, 0, 0], [1, 0, 1, 0]], dtype=torch.bool),
         torch.tensor([[0, 1, 0, 1], [0, 0, 1, 0]], dtype=torch.bool),
@@ -160,9 +164,10 @@ def test_tally_reads_values_at_episode_ends_across_batches():
     value = [torch.arange(8, dtype=torch.float64).view(2, 4) + 10 * b for b in range(2)]
     flag = [d & (v.long() % 2 == 0) for d, v in zip(done, value, strict=True)]
     value[1][0, 1] = math.nan  # sub-env 0's second episode ends on a step the env did not report
+    reward = [torch.tensor([[0.5, 1.0, 2.0, 4.0], [8.0, 16.0, 32.0, 64.0]]) * 2.0**b for b in (0, 8)]
     tally = EpisodeTally([3, 2])
-    for d, v, f in zip(done, value, flag, strict=True):
-        tally.add(torch.ones(2, 4), d, ends={"value": v, "flag": f.double()})
+    for d, v, f, r in zip(done, value, flag, reward, strict=True):
+        tally.add(r, d, ends={"value": v, "flag": f.double()})
     # Independently: walk each sub-env's steps in time order and note the value at each done.
     expected = {"value": [], "flag": []}
     for env in range(2):
@@ -178,6 +183,15 @@ def test_tally_reads_values_at_episode_ends_across_batches():
     assert got["value"][:3] == pytest.approx([1.0, math.nan, 13.0], nan_ok=True) and got["value"][3:] == [4.0, 6.0]
     returns, lengths, _ = tally.episodes()
     assert lengths == [2, 4, 2, 1, 2]
+    # Each kept episode's rewards, walked in time order: sub-env 0's second episode is 2 + 4 (batch 0) + 128 + 256.
+    steps = [[float(r[env, t]) for r in reward for t in range(4)] for env in range(2)]
+    ends = [[t for t in range(8) if done[t // 4][env, t % 4]] for env in range(2)]
+    expected_returns = []
+    for env in range(2):
+        starts = [0] + [t + 1 for t in ends[env]]
+        expected_returns += [sum(steps[env][a : b + 1]) for a, b in zip(starts, ends[env], strict=False)][: [3, 2][env]]
+    assert expected_returns == [1.5, 390.0, 1536.0, 8.0, 48.0]
+    assert returns == expected_returns  # sums of powers of two: exact
 
 
 def test_end_metrics_fractions_means_and_success_alias():

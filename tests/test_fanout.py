@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import threading
@@ -12,7 +13,8 @@ import pytest
 from helpers import cheetah, const_policy, count_envs, mlp_policy, slow_cheetah, vecnorm_of, warmed_cheetah
 
 from simeval import EvalError, Evaluator
-from simeval.envs import OBS_NORM_ID
+from simeval.conditions import Condition, episode_seed
+from simeval.envs import OBS_NORM_ID, make_env
 
 # Four workers on the test cluster's two logical CPUs: each asks for half a CPU.
 HALF_CPU = {"num_cpus": 0.5}
@@ -56,6 +58,45 @@ def test_a_seeded_round_gives_the_same_episodes_in_the_same_order_for_1_2_and_4_
         assert [w["worker"] for w in workers] == list(range(k))
         assert len({w["pid"] for w in workers}) == k  # k processes really ran it
         assert all(w["restarts"] == 0 for w in workers)
+
+
+# Both ranged, so each episode records its draws: observation noise (simeval's Perturb adds it from the episode's
+# seed, so only the returns show it) and body mass (set in the native env's simulations at each reset).
+DRAWN = {"observation_noise": [0.05, 0.5], "body_mass_scale": [0.5, 2.0]}
+
+
+def test_a_seeded_round_under_conditions_gives_one_workers_episodes_seeds_and_draws_on_two(ray_cluster, tmp_path):
+    # 8 sub-envs (4 rows per worker: the policy's output for a row is then the same bits as in 8 rows; see
+    # docs/ray.md), 10 episodes: sub-envs 6 and 7 run two, so worker 1 (global sub-envs 4..7) runs episodes 0
+    # and 1. Its conditions must come from the global episode seeds, not from its local sub-env numbers.
+    factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=8, max_steps=20, obs_norm=False, condition=DRAWN)
+    weights = {"policy": mlp_policy(seed=3)}
+    records = {}
+    for k in (1, 2):
+        path = tmp_path / f"results-{k}.jsonl"
+        ev = _fanout(
+            factory, k, policy_factory=mlp_policy, num_trajectories=10, max_steps=20, seed=5, keep_episodes=True,
+            results_path=str(path),
+        )  # fmt: skip
+        try:
+            ev.evaluate(weights_dict=weights, step=1)
+        finally:
+            ev.shutdown()
+        (records[k],) = [json.loads(line) for line in path.read_text().splitlines()]
+    one, two = records[1], records[2]
+    assert [w["worker"] for w in two["workers"]] == [0, 1]  # really split: two shards, two workers
+    assert len(set(one["episode_returns"])) == 10  # distinct episodes, not one replayed
+    for key in ("episode_returns", "episode_lengths", "episode_seeds", "episode_conditions"):
+        assert two[key] == one[key], f"2 workers changed {key}"
+    # the seeds are the round's: episode k of global sub-env i has episode_seed(5, i, k)
+    quotas = (1, 1, 1, 1, 1, 1, 2, 2)
+    assert sorted(one["episode_seeds"]) == sorted(episode_seed(5, i, k) for i in range(8) for k in range(quotas[i]))
+    # and each episode ran under the values its recorded seed draws (recomputed here, from the seed alone)
+    condition = Condition.parse(DRAWN)
+    for name in DRAWN:
+        expected = [condition.draw(seed)[name] for seed in one["episode_seeds"]]
+        assert two["episode_conditions"][name] == expected, name
+        assert len(set(expected)) == 10 and all(DRAWN[name][0] <= v <= DRAWN[name][1] for v in expected)
 
 
 def test_async_api_busy_policies_on_result_and_keep_episodes_behave_as_with_one_worker(ray_cluster):

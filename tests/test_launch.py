@@ -198,6 +198,26 @@ def test_debug_shows_the_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
+@pytest.mark.parametrize("named_by", ["file", "env"])
+def test_a_ray_cluster_that_is_gone_is_one_line_not_minutes_of_retries(named_by, checkpoints, tmp_path):
+    # Ray joins the cluster of the last `ray start` (ray_current_cluster under its temp dir) even when it was killed
+    # without `ray stop`; left to itself ray.init retries such an address for minutes.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    ray_tmp = tmp_path / "r"
+    (ray_tmp / "ray").mkdir(parents=True)
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(dead)
+    env = {"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": dead if named_by == "env" else ""}
+    proc = cli("--checkpoint", checkpoints[0], "--backend", "ray", "--out", str(tmp_path / "out"), *SMALL, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("simeval-launch: error:") and dead in line and "RAY_ADDRESS=local" in line, line
+    assert ("ray_current_cluster" in line) == (named_by == "file")
+
+
 def test_more_gpus_than_the_ray_cluster_has_fails_clearly(ray_cluster, checkpoints, tmp_path):
     env = {"RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
     proc = cli(
@@ -278,9 +298,17 @@ def test_report_plots_the_eval_curve_of_several_runs(checkpoints, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = [line for line in proc.stdout.splitlines() if line.startswith(("a ", "b ")) or "/a " in line]
-    assert "2,000" in proc.stdout and "1,000" in proc.stdout and "3,000" in proc.stdout
-    assert rows is not None
+    # One row per evaluation, each run's by step: (run, step, mean return, CI low, CI high, episodes) as its
+    # results.jsonl line has them (rounded as the table prints them).
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] in (["a"], ["b"])]
+    expected = []
+    for name in ("a", "b"):
+        for record in sorted(_records(tmp_path / name), key=lambda r: r["step"]):
+            m = record["metrics"]
+            numbers = (m["reward"], m["reward_ci_low"], m["reward_ci_high"])
+            expected.append([name, f"{record['step']:,}", *(f"{x:.1f}" for x in numbers), str(m["num_episodes"])])
+    assert rows == expected
+    assert [(row[0], row[1]) for row in rows] == [("a", "1,000"), ("a", "2,000"), ("b", "2,000"), ("b", "3,000")]
 
 
 def test_video_records_the_first_episode_of_each_round_only_when_asked(checkpoints, tmp_path):

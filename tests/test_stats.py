@@ -8,6 +8,7 @@ cases (derandomized: the same cases every run).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -137,21 +138,56 @@ def test_p_value_is_small_for_a_big_consistent_shift_and_large_for_symmetric_noi
     assert stats.paired(np.zeros(200), noise - noise.mean() + 0.01).p_value > 0.5
 
 
-@pytest.mark.parametrize("n", [6, 10, 40])  # exact (2**n <= 2000) and Monte Carlo
-def test_p_value_equals_scipy_permutation_test(n):
-    rng = _rng(n)
-    a = rng.normal(size=n)
-    b = a + 0.3 + rng.normal(size=n)
-    expected = permutation_test(
-        (a, b),
-        lambda x, y, axis: np.mean(y - x, axis=axis),
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=2000,
-        alternative="two-sided",
-        rng=np.random.default_rng(7),
-    ).pvalue
-    assert stats.paired(a, b, seed=7).p_value == pytest.approx(expected, rel=1e-12)
+def _sign_flip_p_value(d: np.ndarray) -> float:
+    """The exact two-sided sign-flip p-value of mean(d) == 0, by enumerating all 2**n sign patterns (numpy only)."""
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
+    means = np.abs(signs @ d) / d.size
+    return float(np.mean(means >= abs(d.mean()) * (1 - 1e-9)))
+
+
+# Data and arguments chosen here, not copied from stats.paired: ties (zero differences), one pair, an odd size,
+# all-negative differences, an explicit n_permutations that makes a 12-pair test exact, and an explicit seed.
+EXACT_CASES = {
+    "ties": (np.zeros(8), np.array([0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), {}),  # 2 * 4 / 2**8 = 1/32
+    "one-pair": (np.array([3.0]), np.array([5.0]), {}),
+    "odd-size-mixed": (np.arange(9.0), np.arange(9.0) + [1.5, -0.5, 2.0, 0.25, -1.0, 3.0, 0.5, -0.25, 1.0], {}),
+    "all-worse": (np.full(7, 10.0), np.full(7, 10.0) - np.array([0.1, 0.4, 0.2, 0.8, 0.3, 0.9, 0.5]), {"seed": 99}),
+    "n-permutations-exact": (
+        np.linspace(-1.0, 1.0, 12),
+        np.linspace(-1.0, 1.0, 12) + np.array([0.3, -0.2, 0.5, 0.1, -0.4, 0.6, 0.2, -0.1, 0.4, 0.3, -0.3, 0.2]),
+        {"n_resamples": 500, "n_permutations": 4096, "seed": 5},  # 2**12 = 4096 permutations: exact
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXACT_CASES))
+def test_p_value_equals_the_exact_sign_flip_p_value(case):
+    a, b, kwargs = EXACT_CASES[case]
+    expected = _sign_flip_p_value(b - a)
+    if a.size > 1:  # the enumeration agrees with scipy's one-sample sign-flip test, exact: another formulation
+        scipy_exact = permutation_test(
+            (b - a,), lambda d, axis: np.mean(d, axis=axis), permutation_type="samples", n_resamples=np.inf
+        ).pvalue
+        assert expected == pytest.approx(min(1.0, scipy_exact), rel=1e-12)
+    assert stats.paired(a, b, **kwargs).p_value == pytest.approx(expected, rel=1e-9)
+    if case == "ties":
+        assert expected == pytest.approx(1 / 32)
+    if case == "one-pair":  # its two sign patterns, d and -d, are equally extreme
+        assert expected == 1.0
+
+
+def test_monte_carlo_p_value_is_within_its_error_of_an_independent_estimate():
+    # 40 pairs: 2**40 sign patterns, so stats.paired draws n_permutations of them. The reference is a
+    # sign-flip Monte Carlo of its own (another generator, 200,000 draws).
+    rng = _rng(40)
+    a = rng.normal(size=40)
+    d = 0.25 + rng.standard_t(3, size=40)
+    n_permutations = 5000
+    got = stats.paired(a, a + d, n_permutations=n_permutations, seed=3).p_value
+    signs = np.random.default_rng(2024).choice((-1.0, 1.0), size=(200_000, d.size))
+    reference = float(np.mean(np.abs(signs @ d) / d.size >= abs(d.mean()) * (1 - 1e-9)))
+    assert 0.01 < reference < 0.5  # neither end: the comparison means something
+    assert abs(got - reference) <= 4 * np.sqrt(reference * (1 - reference) / n_permutations) + 2 / n_permutations
 
 
 def test_exact_p_value_by_hand():

@@ -119,14 +119,35 @@ def test_no_per_step_success_key_no_success_keys():
     assert not any("success" in key for key in result)
 
 
+def _log_success_at_each_end(td) -> dict:
+    """metrics_fn: the env's own ("next", "log", "Metrics/success_rate") at each kept episode's last step, read
+    with a bare loop over the padded trajectories (no simeval code): their mean, and the smallest and largest."""
+    mask, logged = td.get(("collector", "mask")), td.get(("next", "log", "Metrics/success_rate"))
+    values = []
+    for episode in range(mask.shape[0]):
+        last = None
+        for step in range(mask.shape[1]):
+            if bool(mask[episode, step]):
+                last = step
+        value = float(logged[episode, last])
+        if value == value:  # not NaN: the env reported at this episode's end
+            values.append(value)
+    return {"bare_success": sum(values) / len(values), "bare_min": min(values), "bare_max": max(values)}
+
+
 def test_log_entries_give_success_rate_but_no_at_end_or_once():
-    # Isaac Lab's "log" summaries (helpers.InfoProbe) are per-episode figures, not per-step flags.
+    # Isaac Lab's "log" summaries (helpers.InfoProbe) are per-episode figures, not per-step flags. The probe logs
+    # observation[1] at each episode's end (10 steps: an even count, so it reports); the rate is their mean.
     from helpers import probed_env
 
     env_fn = functools.partial(probed_env, "HalfCheetah-v5", num_envs=2)
-    result = _evaluate(env_fn, num_trajectories=2, max_steps=10, keep_episodes=True)
+    result = _evaluate(
+        env_fn, num_trajectories=2, max_steps=10, keep_episodes=True, metrics_fn=_log_success_at_each_end
+    )
     result_keys = set(result)
-    assert result["eval/success_rate"] == result["eval/log/Metrics/success_rate"] is not None
+    assert result["eval/bare_min"] < result["eval/bare_max"]  # two episodes that differ: the mean is no one of them
+    assert result["eval/success_rate"] == pytest.approx(result["eval/bare_success"], rel=1e-6)
+    assert result["eval/log/Metrics/success_rate"] == pytest.approx(result["eval/bare_success"], rel=1e-6)
     assert not {"eval/success_at_end", "eval/success_once", "eval/episode_success_once"} & result_keys
 
 

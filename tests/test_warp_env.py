@@ -192,6 +192,41 @@ def test_warp_rounds_without_the_collector_give_the_collectors_numbers(task, num
         assert first["eval/episode_returns"] != second["eval/episode_returns"]  # new initial states
 
 
+def test_warp_returns_equal_a_bare_loops_with_and_without_reward_sum():
+    """Every episode's return and length against an oracle that shares no code with the Evaluator
+    (tests/returns_oracle.py: the env stepped with torchrl's own auto-reset, rewards summed per sub-env).
+
+    Hopper falls at step 11 or 12 (the cap), two episodes per sub-env: the tensor loop with make_env's RewardSum
+    (it sums in float32 on the device), and torchrl's Collector without RewardSum in batches of 5 steps, where
+    the tally carries each unfinished episode's return into the next batch. Warp's CPU device steps three
+    Hoppers in ~0.1 s, so the episodes are short.
+    """
+    from returns_oracle import assert_same_episodes, bare_loop, without_reward_sum
+
+    horizon, episodes, max_steps = 5, 6, 12
+    factory = functools.partial(
+        make_env, "Hopper-v5", num_envs=3, obs_norm=False, max_steps=max_steps, backend="warp", device="cpu"
+    )
+
+    def policy(env):
+        return mlp_policy(seed=20, obs_dim=env.observation_spec["observation"].shape[-1], act_dim=3)
+
+    env = factory()
+    oracle = bare_loop(env, policy(env), episodes, seed=SEED)
+    env.close()
+    assert oracle.straddling(horizon) == episodes and set(oracle.lengths) == {11, max_steps}
+    collector = {"collector_cls": "Collector", "frames_per_batch": 3 * horizon}
+    for env_factory, extra, precision in (
+        (factory, {}, "float32"),  # the tensor loop: RewardSum's float32 sums
+        (functools.partial(without_reward_sum, factory), collector, "float64"),  # the tally's sums
+    ):
+        with Evaluator(
+            env_factory, policy_factory=policy, num_trajectories=episodes, max_steps=max_steps, seed=SEED,
+            keep_episodes=True, **extra,
+        ) as ev:  # fmt: skip
+            assert_same_episodes(ev.evaluate(), oracle, precision)
+
+
 def test_warp_rounds_with_frozen_vecnorm_statistics_give_the_collectors_numbers():
     train = make_env("HalfCheetah-v5", num_envs=2, backend="warp", device="cpu", seed=1)
     train.rollout(8, break_when_any_done=False)

@@ -9,6 +9,7 @@ the same slot; a borrowed actor (``simeval.connect``) has no setup and cannot be
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +26,42 @@ def ensure_ray() -> Any:
     except ImportError:
         raise RuntimeError("backend='ray' needs Ray: pip install 'simeval[ray]'.") from None
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True)
+        address = os.environ.get("RAY_ADDRESS") or None
+        check_reachable(ray, address)
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
     return ray
+
+
+def check_reachable(ray: Any, address: str | None) -> None:
+    """One line, instead of Ray's minutes of retries, when the cluster ``ray.init`` would join does not answer.
+
+    Without ``RAY_ADDRESS`` Ray joins the cluster named in ``ray_current_cluster`` under its temp dir (written by
+    the last ``ray start`` or ``ray.cluster_utils.Cluster``), which outlives a cluster killed without ``ray stop``.
+    """
+    if address == "local" or (address and "://" in address):
+        return
+    if address is None or address == "auto":
+        from ray._common.utils import get_ray_address_file
+
+        path = get_ray_address_file(None)
+        try:
+            with open(path) as f:
+                found = f.read(256).strip()
+        except OSError:
+            return  # no cluster to join: ray.init starts one
+        where = f"the cluster named in {path} (the last `ray start` on this machine)"
+    else:
+        found, where = address, f"RAY_ADDRESS={address}"
+    host, _, port = found.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return
+    except (OSError, ValueError):
+        pass
+    raise RuntimeError(
+        f"backend='ray' would join {where} at {found!r}, but nothing answers there: set RAY_ADDRESS=local to start "
+        "a cluster of its own, or RAY_ADDRESS=host:port to join a live one."
+    )
 
 
 def check_capacity(ray: Any, num_workers: int, num_gpus: float, ray_kwargs: dict) -> None:

@@ -53,6 +53,11 @@ class MjlabLogWrapper(MJLabWrapper):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         out = super()._step(tensordict)
+        # MJLabWrapper hands out views of mjlab's reward and termination buffers, which mjlab overwrites in
+        # place at its next step: a Collector batch, which keeps each step's tensors, would hold the batch's
+        # last reward and flags at every step. Each step keeps its own values.
+        for key in ("reward", "terminated", "truncated"):
+            out.set(key, out.get(key).clone())
         if self.log_names:
             out.set("log", self._log(self._env.extras.get("log", {}), out.get("done")))
         return out

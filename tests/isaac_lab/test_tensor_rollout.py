@@ -9,6 +9,12 @@ steps, episodes that straddle Collector batches, frozen VecNorm statistics from 
 (probabilistic, deterministic-mode) actor, a plain MLP, Isaac Lab's logged
 scalars read at episode ends, and two rounds in a row. It also records which loop each worker chose.
 
+Both loops read one tally (``RoundTally``), so comparing them cannot see a number that tally gets wrong:
+the direct plain-MLP case (episodes that end at 89 to 150 steps, in batches of 75) is also held to an
+oracle that shares no code with the Evaluator (tests/returns_oracle.py: the env stepped with torchrl's own
+auto-reset, rewards summed per sub-env). Isaac Lab resets sub-envs inside its step, so every return is the
+tally's sum of rewards, carried across batches for the episodes that straddle them.
+
     python test_tensor_rollout.py OUT.json
 """
 
@@ -32,6 +38,10 @@ CASES = [
     ("direct-random-mlp", DIRECT, 8, 20, 150, "mlp"),
     ("manager-random-mlp", MANAGER, 6, 9, 25, "mlp"),
 ]
+# The case the bare-loop oracle runs: a plain MLP (no VecNorm statistics to load into its env), episodes that
+# straddle batches (the manager-based case's all run to its 25-step limit: one batch each).
+ORACLE_CASE = "direct-random-mlp"
+SEED = 5  # every round's, and the oracle's
 KEYS = ("episode_returns", "episode_lengths", "reward", "reward_std", "reward_ci_low", "reward_ci_high")
 
 pytestmark = [pytest.mark.required, pytest.mark.timeout(900)]
@@ -49,6 +59,22 @@ def test_the_tensor_loop_gives_the_collectors_numbers_bit_for_bit(probed, case):
     for a, b in zip(fast, slow, strict=True):
         assert a == b  # every metric, every per-episode list, the log values and the env steps
         assert a["eval/num_episodes"] == probed[case]["episodes"]
+
+
+def test_both_loops_give_the_returns_of_a_bare_loop_over_the_env(probed):
+    """Returns (float64 sums of the float32 rewards: 1e-6 relative) and lengths, episode by episode, in order."""
+    from returns_oracle import BareEpisodes, assert_same_episodes
+
+    from simeval.worker.eval_worker import batch_steps
+
+    _, _, num_envs, episodes, max_steps, _ = next(c for c in CASES if c[0] == ORACLE_CASE)
+    oracle = BareEpisodes(**probed[ORACLE_CASE]["oracle"])
+    assert len(oracle.lengths) == episodes and len(set(oracle.lengths)) > 3  # terminations and the time limit
+    # Episodes end mid-batch, and later ones straddle the batches (the Collector's and the tensor loop's: 75 steps).
+    assert oracle.straddling(batch_steps(max_steps, num_envs)) >= episodes // 2
+    for loop in ("tensor", "collector"):
+        for result in probed[ORACLE_CASE][loop]:
+            assert_same_episodes(result, oracle, "float64")
 
 
 def test_the_cases_cover_terminations_time_limits_logs_and_uneven_quotas(probed):
@@ -115,7 +141,7 @@ def _rounds(task, num_envs, episodes, max_steps, policy, collector: bool) -> lis
         policy_factory=factory,
         num_trajectories=episodes,
         backend="thread",
-        seed=5,
+        seed=SEED,
         keep_episodes=True,
         **kwargs,
     )
@@ -123,6 +149,21 @@ def _rounds(task, num_envs, episodes, max_steps, policy, collector: bool) -> lis
         return [_plain(ev.evaluate(weights_dict=weights, step=i)) for i in range(2)]
     finally:
         ev.shutdown()
+
+
+def _oracle(task, num_envs, episodes, max_steps) -> dict:
+    """The bare loop's episodes (returns_oracle.bare_loop) on an env of the case's own, same policy and seed."""
+    import dataclasses
+
+    from returns_oracle import bare_loop
+
+    from simeval.envs import make_env
+
+    env = make_env(task, num_envs=num_envs, device="cpu", max_steps=max_steps, obs_norm=False)
+    try:
+        return dataclasses.asdict(bare_loop(env, _seeded_mlp(env), episodes, seed=SEED))
+    finally:
+        env.close()
 
 
 def _loop(**settings) -> str | None:
@@ -149,6 +190,8 @@ def _probe(out: str) -> None:
             "tensor": _rounds(task, num_envs, episodes, max_steps, policy, collector=False),
             "collector": _rounds(task, num_envs, episodes, max_steps, policy, collector=True),
         }
+        if name == ORACLE_CASE:
+            result[name]["oracle"] = _oracle(task, num_envs, episodes, max_steps)
     result["loops"] = {
         "default": _loop(),
         "collector_cls": _loop(collector_cls="Collector"),
@@ -160,4 +203,5 @@ def _probe(out: str) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: returns_oracle
     _probe(sys.argv[1])

@@ -325,6 +325,48 @@ def test_rsl_rl_integration_evaluates_mjlabs_runner_every_iteration_beside_train
     assert rec["episode_returns"] == pytest.approx(evaluation.results[-1]["eval/episode_returns"].tolist(), rel=1e-9)
 
 
+def test_returns_equal_a_bare_loop_over_the_env_across_batches():
+    """Every episode's return and length against an oracle that shares no code with the Evaluator
+    (tests/returns_oracle.py: the env stepped with torchrl's own auto-reset, rewards summed per sub-env).
+
+    mjlab resets sub-envs inside its step, so the Evaluator sums the rewards itself (its tally), carrying an
+    unfinished episode's return from one Collector batch into the next. The cartpole's 20-step episodes (it only
+    times out) in the default batches (20 steps: one episode each) and in batches of 7 steps, which split them.
+    It also holds each step's own reward and end flags: torchrl's MJLabWrapper returns views of mjlab's buffers,
+    which the next step overwrites (simeval.envs.mjlab_log copies them).
+    """
+    from helpers import mlp_policy
+    from returns_oracle import assert_same_episodes, bare_loop
+
+    import simeval
+    from simeval.envs import make_env
+
+    horizon, episodes, max_steps, seed = 7, 6, 20, 3
+    factory = functools.partial(
+        make_env, "mjlab:Mjlab-Cartpole-Balance", num_envs=3, max_steps=max_steps, device="cpu", obs_norm=False
+    )
+
+    def policy(env):
+        return mlp_policy(
+            seed=1, obs_dim=env.observation_spec["observation"].shape[-1], act_dim=env.action_spec.shape[-1]
+        )
+
+    env = factory()
+    oracle = bare_loop(env, policy(env), episodes, seed=seed)
+    env.close()
+    assert oracle.lengths == [max_steps] * episodes and len(set(oracle.returns64)) == episodes
+    assert oracle.straddling(horizon) == episodes
+    for extra in ({}, {"frames_per_batch": 3 * horizon}):
+        ev = simeval.Evaluator(
+            factory, policy_factory=policy, num_trajectories=episodes, device="cpu", seed=seed, keep_episodes=True,
+            **extra,
+        )  # fmt: skip
+        try:
+            assert_same_episodes(ev.evaluate(), oracle, "float64")
+        finally:
+            ev.shutdown()
+
+
 def _still_arm(env):
     """A policy that holds every action at zero (the arm stays at its default pose)."""
     import torch
