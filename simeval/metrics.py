@@ -57,7 +57,7 @@ def bootstrap_ci(
     # Resamples in chunks of about 2**19 values: 3-4x faster from a few thousand episodes (the
     # resample matrix stays in cache). An even chunk size draws the generator's stream exactly as
     # one call does (numpy buffers 32-bit draws in pairs), so the interval is unchanged.
-    batch = max(2, (2**19 // data.size) // 2 * 2)
+    batch = max(2, (2**19 // data.size) // 2 * 2)  # pragma: no mutate - speed only (test_metrics: = one call)
     res = bootstrap(
         (data,),
         np.mean,

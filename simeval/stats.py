@@ -38,7 +38,7 @@ TaskScores = Mapping[str, Array]
 STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 VERDICTS = ("better", "worse", "inconclusive")
 # Resampled values held at once by a bootstrap (rows are drawn in chunks below this size).
-_CHUNK_ELEMENTS = 4_000_000
+_CHUNK_ELEMENTS = 4_000_000  # pragma: no mutate - memory only: any chunk size gives the same numbers (test_stats)
 
 
 @dataclass(frozen=True)
@@ -169,12 +169,17 @@ def _resamples(n_resamples: int, sizes: Sequence[int], width: int, seed: int) ->
     """The stratified bootstrap in chunks: (the chunk's rows of the output, one index matrix per task).
 
     Each task's matrix is ``rows x n_t`` episode indices drawn within that task
-    only, from ``np.random.default_rng(seed)``; ``width`` sizes the chunks.
+    only, from the task's own generator (``default_rng(seed)`` for the first task,
+    ``default_rng((seed, t))`` for task ``t``); ``width`` sizes the chunks, which
+    change no number.
     """
-    rng = np.random.default_rng(seed)
+    # One generator per task, so each task's draws are one stream however the rows are chunked: with one shared
+    # generator the tasks' draws would interleave chunk by chunk, and the interval would depend on the chunk size.
+    # Task 0's is default_rng(seed), so a single task's resamples are those of one call.
+    rngs = [np.random.default_rng(seed if t == 0 else (seed, t)) for t in range(len(sizes))]
     row = 0
     for rows in _row_chunks(int(n_resamples), width):
-        yield slice(row, row + rows), [rng.integers(0, n, size=(rows, n)) for n in sizes]
+        yield slice(row, row + rows), [rng.integers(0, n, size=(rows, n)) for rng, n in zip(rngs, sizes, strict=True)]
         row += rows
 
 

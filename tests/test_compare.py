@@ -582,3 +582,26 @@ def test_the_newest_line_of_an_evaluation_is_the_one_that_counts(tmp_path):
     proc = _cli("compare", a, b)
     assert proc.returncode == 0, proc.stderr
     assert _table(proc.stdout)[(task, condition)][2] == "0.0 [0.0, 0.0]"  # A's newest line, the same as B
+
+
+def test_each_runs_interval_is_its_own_lines_and_a_line_with_more_seeds_than_returns_is_refused(tmp_path):
+    """A run's interval is the one its line records (what ``report`` showed for it), a bootstrap only without one;
+    a line whose seeds and returns do not pair one to one is an error, whichever has more."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(100, 10, 16)
+    recorded = _line("Pendulum-v1", None, 1000, x)
+    recorded["metrics"].update(reward_ci_low=-7.0, reward_ci_high=7.0)  # not what a bootstrap of x gives
+    bare = _line("Pendulum-v1", None, 1000, x + 1.0)
+    del bare["metrics"]["reward_ci_low"], bare["metrics"]["reward_ci_high"]
+    result = compare.compare([recorded], [bare], "a", "b")
+    (cell,) = result.cells
+    assert cell.ci_a == (-7.0, 7.0)
+    assert cell.ci_b == bootstrap_ci([float(v) for v in x + 1.0])
+    for more in ("seeds", "returns"):
+        odd = _line("Pendulum-v1", None, 1000, x)
+        if more == "seeds":
+            odd["episode_seeds"] = [*SEEDS, 9999]
+        else:
+            odd["episode_returns"] = [*odd["episode_returns"], 1.0]
+        with pytest.raises(compare.CompareError, match=r"has 1[67] episode returns for 1[67] episode seeds"):
+            compare.compare([recorded], [odd], "a", "b")

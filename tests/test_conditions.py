@@ -57,6 +57,7 @@ def test_episode_seeds_are_fixed_numbers_and_distinct():
         ({"body_mass_scale": [1.0, 1.2, 3]}, "[low, high]"),
         ({"gravityy": -9}, "unknown setting 'gravityy'"),
         ({"action_scale": "big"}, "expected a number"),
+        ({"action_scale": 0}, "action_scale must be > 0, got 0"),  # a scale of 0 would zero every action
         ({"cfg": {"a..b": 1}}, "dotted path"),
     ],
 )

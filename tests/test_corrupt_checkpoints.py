@@ -7,6 +7,8 @@ shape. hypothesis draws the damage (derandomized: the same cases every run).
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -99,3 +101,37 @@ def test_a_tensor_of_the_wrong_shape_is_named_with_the_file_and_both_shapes(tmp_
     assert "shape mismatch" in line and f"{given} vs {wanted}" in line, line
     results = tmp_path / "out" / "results.jsonl"
     assert not results.exists() or '"status": "ok"' not in results.read_text()
+
+
+def test_a_checkpoint_in_torchs_legacy_pickle_format_loads_with_the_same_weights(tmp_path):
+    # torch.save before 1.6 (and _use_new_zipfile_serialization=False) writes a pickle stream, not a zip.
+    data = torch.load(shipped_checkpoint(), weights_only=True)
+    path = str(tmp_path / "legacy.pt")
+    torch.save(data, path, _use_new_zipfile_serialization=False)
+    assert open(path, "rb").read(2) == b"\x80\x02"
+    legacy, current = load_checkpoint(path), load_checkpoint(shipped_checkpoint())
+    assert legacy.step == current.step == peek_step(path)
+    assert set(legacy.policy.keys(True, True)) == set(current.policy.keys(True, True))
+    assert all(torch.equal(legacy.policy[k], current.policy[k]) for k in current.policy.keys(True, True))
+
+
+def test_a_zip_that_is_no_checkpoint_is_named_so_by_the_watchers_peek_and_by_load(tmp_path):
+    import zipfile
+
+    path = tmp_path / "notes.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("notes.txt", "not weights")
+    for read in (load_checkpoint, peek_step):
+        with pytest.raises(CheckpointError, match="not a checkpoint format simeval knows"):
+            read(path=str(path), format=None)
+
+
+def test_a_nesting_deeper_than_python_recursion_is_walked_within_a_bound():
+    from simeval.checkpoints.bounds import check_tensors
+
+    nested: list = [torch.zeros(2)]
+    for _ in range(5 * sys.getrecursionlimit()):
+        nested = [nested]
+    check_tensors("deep.pt", {"policy": nested})  # no RecursionError: the walk stops at a fixed depth
+    with pytest.raises(CheckpointError, match=r"tensor 'policy\.a\[0\]\[0\]' of shape \(50, 50\)"):
+        check_tensors("deep.pt", {"policy": {"a": [(torch.zeros(1).expand(50, 50),)]}})  # within it: each is checked

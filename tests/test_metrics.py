@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simeval.metrics import bootstrap_ci, prefixed, summarize
+from simeval.metrics import bootstrap_ci, episode_quotas, prefixed, summarize
 
 
 def test_summarize_matches_numpy():
@@ -56,3 +56,12 @@ def test_the_chunked_bootstrap_gives_scipys_one_call_interval_exactly(n):
         (data,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
     ).confidence_interval
     assert bootstrap_ci(data) == (one_call.low, one_call.high)
+
+
+def test_episode_quotas_split_the_episodes_over_the_sub_envs_and_refuse_none():
+    assert episode_quotas(10, 4) == [2, 2, 3, 3]
+    assert episode_quotas(3, 3) == [1, 1, 1]
+    with pytest.raises(ValueError, match="at least one sub-env, got 0"):
+        episode_quotas(4, 0)
+    with pytest.raises(ValueError, match="num_trajectories must be >= 1"):
+        episode_quotas(0, 4)

@@ -507,3 +507,31 @@ def test_stratified_intervals_agree_with_rliable(rliable):
     assert profile.value == pytest.approx(profile_points["x"])
     for k in range(1, 5):
         assert _close_intervals((profile.low[k], profile.high[k]), tuple(profile_intervals["x"][:, k])), taus[k]
+
+
+def _profile_arrays(profile) -> tuple:
+    return profile.value, profile.low, profile.high
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 3 * 47 + 1, 1000])
+def test_the_bootstrap_chunk_size_changes_no_number(chunk, monkeypatch):
+    """Resamples are drawn in chunks (memory); each task draws from a generator of its own, so how the rows are
+    chunked (here down to one row at a time) leaves every interval as in one chunk, on one task and on several."""
+    rng = np.random.default_rng(5)
+    scores_a = {"t0": rng.normal(0.5, 0.2, 47), "t1": rng.normal(0.3, 0.1, 31), "t2": rng.normal(0.8, 0.3, 12)}
+    scores_b = {k: v + rng.normal(0.05, 0.1, v.size) for k, v in scores_a.items()}
+    x, y = scores_a["t0"], scores_b["t0"]
+    taus = np.linspace(0.0, 1.0, 5)
+
+    def everything():
+        return (
+            stats.mean_ci(x, n_resamples=300),
+            stats.paired(x, y, n_resamples=300, n_permutations=300),
+            stats.aggregate(scores_a, n_resamples=300),
+            stats.aggregate_difference(scores_a, scores_b, n_resamples=300),
+            [p.tolist() for p in _profile_arrays(stats.performance_profile_ci(scores_a, taus, n_resamples=300))],
+        )
+
+    one_chunk = everything()
+    monkeypatch.setattr(stats, "_CHUNK_ELEMENTS", chunk)
+    assert everything() == one_chunk

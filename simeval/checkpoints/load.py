@@ -185,7 +185,7 @@ def _unknown(path: str) -> CheckpointError:
 
 
 def peek_step(path: str | os.PathLike, format: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
-    """A checkpoint's step, without reading its tensors (memory-mapped, weights_only).
+    """A checkpoint's step, without reading its tensors (memory-mapped, weights_only; a legacy pickle is read).
 
     The watcher orders a backlog by step with this and loads each checkpoint
     in full only when its turn comes. Bounded and raising like :func:`load_checkpoint`.
@@ -200,7 +200,8 @@ def peek_step(path: str | os.PathLike, format: str | None = None, *, max_bytes: 
         raise _refusal(path, None, head, head)
     check_kind(path, kind, os.path.getsize(path))
     try:
-        data, err = torch_load(path, path, max_bytes, mmap=True), None
+        # torch memory-maps zips only; a legacy pickle (at most 1 GiB, check_kind) is read whole.
+        data, err = torch_load(path, path, max_bytes, mmap=kind == "zip"), None
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 - not a torch file (a zip, ONNX), or one that is refused
