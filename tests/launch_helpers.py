@@ -101,3 +101,22 @@ def read_records(out) -> list[dict]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def evaluation_key(record: dict) -> str:
+    """An evaluation's key as the attempts journal writes it."""
+    return json.dumps([record["checkpoint_name"], record["task"], record["condition"]])
+
+
+def journal_keys(out) -> list[str]:
+    """The keys of OUT/attempts.jsonl, one per start of an evaluation, in order (complete lines only)."""
+    from simeval import records
+
+    return [entry["key"] for entry in records.read_records(os.path.join(out, "attempts.jsonl"))]
+
+
+def recorded_keys(out) -> set[str]:
+    """The evaluations with a line in OUT/results.jsonl (complete lines only: a torn tail is no record)."""
+    from simeval import records
+
+    return {evaluation_key(r) for r in records.read_records(os.path.join(out, "results.jsonl")) if "task" in r}

@@ -18,7 +18,6 @@ at least one torn line and, from two kills, both kinds of kill.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -27,9 +26,16 @@ import time
 from collections import Counter
 
 import pytest
-from launch_helpers import FAULT_CELLS, FAULT_SUITE, launch_suite, read_records, write_checkpoints
-
-from simeval import records as results_file
+from launch_helpers import (
+    FAULT_CELLS,
+    FAULT_SUITE,
+    evaluation_key,
+    journal_keys,
+    launch_suite,
+    read_records,
+    recorded_keys,
+    write_checkpoints,
+)
 
 SEED = int(os.environ.get("SIMEVAL_FAULT_SEED", "7"))
 KILLS = int(os.environ.get("SIMEVAL_FAULT_KILLS", "4"))
@@ -62,21 +68,6 @@ def _schedule(rng: random.Random) -> list[tuple[int, float, str, bool]]:
     if not any(tear for *_, tear in kills):
         kills[rng.randrange(KILLS)][3] = True
     return sorted(tuple(k) for k in kills)
-
-
-def _key(record: dict) -> str:
-    """An evaluation's key as the attempts journal writes it."""
-    return json.dumps([record["checkpoint_name"], record["task"], record["condition"]])
-
-
-def _journal(out) -> list[str]:
-    """The keys of OUT/attempts.jsonl, one per start of an evaluation, in order (complete lines only)."""
-    return [entry["key"] for entry in results_file.read_records(str(out / "attempts.jsonl"))]
-
-
-def _recorded(out) -> set[str]:
-    """The evaluations with a line in OUT/results.jsonl (complete lines only: a torn tail is no record)."""
-    return {_key(r) for r in results_file.read_records(str(out / "results.jsonl")) if "task" in r}
 
 
 def _session_alive(pgid: int) -> list[int]:
@@ -117,10 +108,10 @@ def test_a_suite_killed_at_seeded_points_ends_with_every_cell_once_and_nothing_l
     fired, torn, tails, reported = Counter(), 0, 0, 0
     hit: Counter = Counter()  # evaluation key -> the kills that caught it running (started, not yet recorded)
     for n, (after, delay, kind, tear) in enumerate(schedule):
-        started = len(_journal(out))  # the journal's length before this launch
+        started = len(journal_keys(out))  # the journal's length before this launch
         proc = _launch(suite, ckpt, out)
         deadline = time.monotonic() + 300
-        while len(_recorded(out)) < after and proc.poll() is None and time.monotonic() < deadline:
+        while len(recorded_keys(out)) < after and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(delay)  # seeded: in the start-up, mid-cell, between an append and the next start
         assert proc.poll() is None, f"the run ended before kill {n} of {schedule} fired: {proc.stderr.read()[-2000:]}"
@@ -136,8 +127,8 @@ def test_a_suite_killed_at_seeded_points_ends_with_every_cell_once_and_nothing_l
         # Only the launcher appends to the two files and it is dead now, so they are final: what this launch
         # started (journaled) and did not record is what the kill caught running. A kill before the first start
         # or between an append and the next start caught nothing; the next launch starts each caught one again.
-        recorded = _recorded(out)
-        hit.update(key for key in _journal(out)[started:] if key not in recorded)
+        recorded = recorded_keys(out)
+        hit.update(key for key in journal_keys(out)[started:] if key not in recorded)
         if tear:  # what a crash in the middle of an append leaves (in a file of its own before the first record)
             # A launch killed before it repaired the file leaves the last torn line there: this one then extends
             # that partial line, and the next launch drops (and reports) both as one.
@@ -155,11 +146,11 @@ def test_a_suite_killed_at_seeded_points_ends_with_every_cell_once_and_nothing_l
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     for r in records:  # the same numbers as the uninterrupted run: nothing measured twice differently
         assert r["episode_returns"] == reference[(r["checkpoint_name"], r["condition"])]["episode_returns"]
-    journal = Counter(_journal(out))
+    journal = Counter(journal_keys(out))
     for r in records:  # the times each evaluation was started, killed starts included ...
-        assert r["attempts"] == journal[_key(r)]
+        assert r["attempts"] == journal[evaluation_key(r)]
         # ... once, and once more for each kill that caught it running: no more, no fewer
-        assert r["attempts"] == 1 + hit[_key(r)], (_key(r), r["attempts"], dict(hit))
+        assert r["attempts"] == 1 + hit[evaluation_key(r)], (evaluation_key(r), r["attempts"], dict(hit))
     # every scheduled fault fired
     assert fired == Counter(kind for *_, kind, _ in schedule), (dict(fired), schedule)
     assert torn == sum(tear for *_, tear in schedule) >= 1 and tails >= 1

@@ -24,7 +24,6 @@ against results.jsonl) are each started once more, in ``attempts``.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -34,9 +33,16 @@ from collections import Counter
 
 import pytest
 import soak
-from launch_helpers import FAULT_CELLS, FAULT_SUITE, launch_suite, read_records, write_checkpoints
-
-from simeval import records as results_file
+from launch_helpers import (
+    FAULT_CELLS,
+    FAULT_SUITE,
+    evaluation_key,
+    journal_keys,
+    launch_suite,
+    read_records,
+    recorded_keys,
+    write_checkpoints,
+)
 
 SEED = int(os.environ.get("SIMEVAL_CHAOS_SEED", "11"))
 WORKER_KILLS = int(os.environ.get("SIMEVAL_CHAOS_KILLS", "3"))
@@ -120,25 +126,10 @@ def _signal(pid: int, sig: int) -> None:
         pass  # it ended meanwhile
 
 
-def _key(record: dict) -> str:
-    """An evaluation's key as the attempts journal writes it."""
-    return json.dumps([record["checkpoint_name"], record["task"], record["condition"]])
-
-
-def _journal(out) -> list[str]:
-    """The keys of OUT/attempts.jsonl, one per start of an evaluation, in order (complete lines only)."""
-    return [entry["key"] for entry in results_file.read_records(str(out / "attempts.jsonl"))]
-
-
-def _recorded(out) -> set[str]:
-    """The evaluations with a complete line in OUT/results.jsonl."""
-    return {_key(r) for r in results_file.read_records(str(out / "results.jsonl")) if "task" in r}
-
-
 def _in_flight(out, since: int) -> set[str]:
     """The evaluations started after the journal's first ``since`` entries and not recorded (yet)."""
-    started = _journal(out)[since:]  # read first: one recorded meanwhile is then left out, never added
-    recorded = _recorded(out)
+    started = journal_keys(out)[since:]  # read first: one recorded meanwhile is then left out, never added
+    recorded = recorded_keys(out)
     return {key for key in started if key not in recorded}
 
 
@@ -233,7 +224,7 @@ def test_a_suite_on_two_nodes_losing_workers_a_raylet_and_its_launcher_ends_with
     try:
         for after, delay, fault in schedule:
             deadline = time.monotonic() + 300
-            while len(_recorded(out)) < after and alive() and time.monotonic() < deadline:
+            while len(recorded_keys(out)) < after and alive() and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(delay)
             done = False
@@ -252,12 +243,12 @@ def test_a_suite_on_two_nodes_losing_workers_a_raylet_and_its_launcher_ends_with
                 # lose that restart (a new launcher starts the evaluation afresh, counted in attempts instead), and
                 # which of the evaluations in flight a killed worker held is not known from outside. It still
                 # catches whatever evaluations are running then.
-                elif pending <= _recorded(out):
+                elif pending <= recorded_keys(out):
                     proc.kill()  # the launcher dies; a new one picks up from results.jsonl
                     proc.wait(30)
                     relaunched.update(_in_flight(out, started))  # final: only the dead launcher wrote these files
                     orphans.update(_eval_workers(two_nodes["pid"]))  # its workers, which Ray ends now
-                    pending, started = set(), len(_journal(out))
+                    pending, started = set(), len(journal_keys(out))
                     proc = _launch(suite, ckpt, out, *flags, address=two_nodes["address"])
                     done = True
                 if not done:
@@ -276,11 +267,11 @@ def test_a_suite_on_two_nodes_losing_workers_a_raylet_and_its_launcher_ends_with
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     for r in records:  # the uninterrupted run's numbers, whichever worker, node or attempt measured them
         assert r["episode_returns"] == expected[(r["checkpoint_name"], r["condition"])]["episode_returns"]
-    journal = Counter(_journal(out))
+    journal = Counter(journal_keys(out))
     for r in records:
-        assert r["attempts"] == journal[_key(r)]
+        assert r["attempts"] == journal[evaluation_key(r)]
         # once, and once more for each launcher death that caught it running: no more, no fewer
-        assert r["attempts"] == 1 + relaunched[_key(r)], (_key(r), r["attempts"], dict(relaunched))
+        assert r["attempts"] == 1 + relaunched[evaluation_key(r)], (evaluation_key(r), r["attempts"], dict(relaunched))
     assert fired == Counter(fault for *_, fault in schedule), f"faults fired: {dict(fired)} of schedule {schedule}"
     assert hit["worker"] == WORKER_KILLS and hit["raylet"] >= 1
     # each round a worker or raylet kill caught was re-run once: no death went uncounted, none counted twice
