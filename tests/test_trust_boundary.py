@@ -103,13 +103,22 @@ def test_a_watched_run_refuses_the_gadget_and_evaluates_the_genuine_checkpoint_b
     assert not marker.exists()
 
 
-def test_a_module_in_the_working_directory_named_by_a_checkpoint_is_never_imported(tmp_path):
+@pytest.mark.parametrize("field", ["policy_factory", "env"])
+def test_a_module_in_the_working_directory_named_by_a_checkpoint_is_never_imported(tmp_path, field):
+    # gymnasium's make() imports the module of a "module:Env-v0" id: the env a checkpoint names must be a
+    # registered id (or isaaclab:/mjlab:<task>) before anything is made from it.
     marker = tmp_path / "imported"
     (tmp_path / "evilmod.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef actor(env, **kw): pass\n")
-    path = _gadget(tmp_path / "ckpt", marker, factory="evilmod:actor")
+    if field == "env":
+        (path,) = write_checkpoints(str(tmp_path / "ckpt"), steps=(500,))
+        _rewrite(path, env="evilmod:Evil-v0")
+        expected = "unknown env 'evilmod:Evil-v0': not a gymnasium id"
+    else:
+        path = _gadget(tmp_path / "ckpt", marker, factory="evilmod:actor")
+        expected = "'evilmod:actor', which is not registered"
     line = _error_line(_run("simeval.launch", "--checkpoint", path, *SMALL, "--out", "out", cwd=str(tmp_path)),
                        "simeval-launch")  # fmt: skip
-    assert "'evilmod:actor', which is not registered" in line and not marker.exists()
+    assert expected in line and not marker.exists(), line
 
 
 def test_policy_on_the_command_line_overrides_the_files_factory(tmp_path):

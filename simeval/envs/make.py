@@ -152,6 +152,10 @@ def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
     return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
 
 
+# The simulators whose tasks are named "<prefix>:<task>", and the module that builds them.
+_MANAGER_MODULES = {"isaaclab": "simeval.envs.isaaclab", "mjlab": "simeval.envs.mjlab"}
+
+
 def _manager_env(
     name: str,
     num_envs: int,
@@ -169,7 +173,7 @@ def _manager_env(
     import importlib
 
     prefix, task = name.split(":", 1)
-    module = importlib.import_module(f"simeval.envs.{prefix}")
+    module = importlib.import_module(_MANAGER_MODULES[prefix])
     return module.make_env(
         task,
         num_envs=num_envs,
