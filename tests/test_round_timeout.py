@@ -81,6 +81,16 @@ def _worker_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "simeval-thread-worker"]
 
 
+def _reference_then_a_hung_round(ev: Evaluator, flags: str) -> tuple[dict, threading.Thread]:
+    """A round's result and the thread that ran it; then a round on that thread that hangs and times out (2 s)."""
+    reference = ev.evaluate()
+    (first,) = _worker_threads()
+    open(os.path.join(flags, "armed"), "w").close()
+    with pytest.raises(EvalError, match=r"exceeded its 2 s timeout"):
+        ev.evaluate()
+    return reference, first
+
+
 def _gone(pid: int, within: float = 15.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -150,11 +160,7 @@ def test_the_thread_backend_abandons_the_stuck_thread_and_runs_on_a_fresh_one(tm
         round_timeout_s=2,
     )
     try:
-        reference = ev.evaluate()
-        (first,) = _worker_threads()
-        open(os.path.join(flags, "armed"), "w").close()
-        with pytest.raises(EvalError, match=r"exceeded its 2 s timeout"):
-            ev.evaluate()
+        reference, first = _reference_then_a_hung_round(ev, flags)
         again = ev.evaluate()
         assert again["eval/reward"] == reference["eval/reward"]
         threads = _worker_threads()
@@ -174,11 +180,7 @@ def test_with_instances_passed_in_rounds_fail_at_once_until_the_stuck_thread_let
     policy = hang_once_policy(flags=flags)
     ev = Evaluator(env, policy, num_trajectories=2, seed=0, keep_episodes=True, round_timeout_s=2)
     try:
-        reference = ev.evaluate()
-        (first,) = _worker_threads()
-        open(os.path.join(flags, "armed"), "w").close()
-        with pytest.raises(EvalError, match=r"exceeded its 2 s timeout"):
-            ev.evaluate()
+        reference, first = _reference_then_a_hung_round(ev, flags)
         start = time.monotonic()
         with pytest.raises(EvalError, match=r"still running in the env and policy you passed; pass an env factory"):
             ev.evaluate()

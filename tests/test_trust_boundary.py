@@ -70,6 +70,14 @@ def _gadget(directory, marker, factory: str = "timeit:timeit") -> str:
     return _rewrite(path, policy_factory=factory, policy_kwargs={"setup": setup, "number": 0})
 
 
+def _watch_to_the_end(ckpt, out) -> dict[str, dict]:
+    """``--watch ckpt`` of a finished run (DONE written), to exit 0: its records by checkpoint file name."""
+    (ckpt / "DONE").touch()
+    proc = _run("simeval.launch", "--watch", str(ckpt), *SMALL, "--out", str(out), *POLL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["checkpoint_name"]: r for r in read_records(out)}
+
+
 # -- 1. a checkpoint names code: nothing is imported or called --------------------------------------------------
 
 
@@ -93,10 +101,7 @@ def test_a_watched_run_refuses_the_gadget_and_evaluates_the_genuine_checkpoint_b
     ckpt = tmp_path / "ckpt"
     _gadget(ckpt, marker)
     write_checkpoints(str(ckpt), steps=(1000,))
-    (ckpt / "DONE").touch()
-    proc = _run("simeval.launch", "--watch", str(ckpt), *SMALL, "--out", str(tmp_path / "out"), *POLL)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    by_name = {r["checkpoint_name"]: r for r in read_records(tmp_path / "out")}
+    by_name = _watch_to_the_end(ckpt, tmp_path / "out")
     assert by_name["step_0000500.pt"]["status"] == "failed"
     assert "'timeit:timeit', which is not registered" in by_name["step_0000500.pt"]["error"]
     assert by_name["step_0001000.pt"]["status"] == "ok"
@@ -279,10 +284,7 @@ def test_a_4_gib_junk_file_and_a_symlink_out_of_the_directory_leave_the_watch_go
     old = os.path.getmtime(ckpt / "step_0001000.pt") - 60
     for name in ("step_0000500.pt", "step_0000600.pt"):
         os.utime(ckpt / name, (old, old))  # not being written: judged at once
-    (ckpt / "DONE").touch()
-    proc = _run("simeval.launch", "--watch", str(ckpt), *SMALL, "--out", str(tmp_path / "out"), *POLL)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    by_name = {r["checkpoint_name"]: r for r in read_records(tmp_path / "out")}
+    by_name = _watch_to_the_end(ckpt, tmp_path / "out")
     assert by_name["step_0001000.pt"]["status"] == "ok"
     assert "not a readable checkpoint" in by_name["step_0000500.pt"]["error"]
     assert "truncated or corrupt" in by_name["step_0000600.pt"]["error"]
