@@ -21,6 +21,7 @@ Two tasks, three sub-envs and a few dozen steps keep the rest to ~20 s.
 from __future__ import annotations
 
 import functools
+import threading
 
 import pytest
 import torch
@@ -336,3 +337,16 @@ def test_bad_input_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "mujoco_warp", None)  # as if not installed
     with pytest.raises(ImportError, match=r"^backend='warp' needs MuJoCo Warp .*: pip install simeval\[warp\]$"):
         make_env("HalfCheetah-v5", backend="warp")
+
+
+def test_cuda_graphs_are_captured_on_the_main_thread_only_unless_asked():
+    """A thread-backend worker beside a trainer must not capture (CUDA error 906 on an H200); process workers do."""
+    from simeval.envs.warp import graphs_wanted
+
+    seen = {}
+    worker = threading.Thread(target=lambda: seen.update(default=graphs_wanted(None), asked=graphs_wanted(True)))
+    worker.start()
+    worker.join()
+    assert graphs_wanted(None) is True
+    assert seen == {"default": False, "asked": True}
+    assert graphs_wanted(False) is False

@@ -4,7 +4,8 @@ Every sub-env is one world of a ``mujoco_warp`` Data. Actions, observations,
 rewards and flags are torch tensors on the simulation's device that share
 memory with Warp's arrays (``wp.to_torch``, DLPack), and the step path is
 whole-batch torch ops plus Warp kernels: no host round trip, no Python per
-sub-env. On CUDA the ``frame_skip`` physics steps run as one captured CUDA graph.
+sub-env. On CUDA the ``frame_skip`` physics steps run as one captured CUDA graph, when
+the env is built on its process's main thread (see ``cuda_graphs`` of :class:`WarpBatchEnv`).
 
 Only a reset touches the host, as :class:`simeval.envs.mujoco.MujocoBatchEnv`
 does: it reads the ``_reset`` mask, draws each reset sub-env's noise from its
@@ -16,6 +17,7 @@ and qvel (``simeval.envs.catalog.WARP_TASKS``); the physics is MuJoCo's, in floa
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -65,6 +67,13 @@ class WarpBatchEnv(EnvBase):
         device: where the physics runs and the tensors live (``"cuda:0"``, ``"cpu"``, ...);
             ``None``: ``cuda:0`` when Warp sees a GPU, else Warp's CPU device.
         max_episode_steps: truncation step (``None``: gymnasium's registered TimeLimit).
+        cuda_graphs: on CUDA, run each step's physics and each masked reset as one captured
+            CUDA graph. ``None``: only when the env is built on its process's main thread. A
+            capture on another thread fails while the main thread runs kernels on the same GPU
+            (a trainer beside a thread-backend worker: CUDA error 906, "operation would make
+            the legacy stream depend on a capturing blocking stream", seen on an H200 on
+            2026-11-26), so a thread-backend worker steps kernel by kernel; process, Ray and
+            Slurm workers build their envs on their main thread and capture.
     """
 
     def __init__(
@@ -74,6 +83,7 @@ class WarpBatchEnv(EnvBase):
         *,
         device: str | torch.device | None = None,
         max_episode_steps: int | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         import mujoco
         import mujoco_warp as mjw
@@ -105,7 +115,7 @@ class WarpBatchEnv(EnvBase):
         self._obs_dim = self.task.obs_dim(model)
         self._make_specs(model)
         self._graph = self._reset_graph = None
-        if self._wp_device.is_cuda:  # one graph launch per env step instead of hundreds of kernel launches
+        if self._wp_device.is_cuda and graphs_wanted(cuda_graphs):  # one graph launch per step, not hundreds
             self._warp(self._step_physics)  # compiles and loads every kernel before the capture
             self._warp(self._reset_masked)
             self._graph = _capture(self._wp_device, self._step_physics)
@@ -267,6 +277,13 @@ class WarpBatchEnv(EnvBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(task={self.task.name!r}, num_envs={self._n}, device={self._wp_device})"
+
+
+def graphs_wanted(cuda_graphs: bool | None) -> bool:
+    """Whether a :class:`WarpBatchEnv` built here captures CUDA graphs (``None``: on the main thread only)."""
+    if cuda_graphs is None:
+        return threading.current_thread() is threading.main_thread()
+    return cuda_graphs
 
 
 def _capture(wp_device: object, fn: Callable[[], None]) -> object:
