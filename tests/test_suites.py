@@ -160,6 +160,12 @@ def test_a_restart_evaluates_only_the_missing_cells(suite_setup, first_run, tmp_
          "tasks[0].conditions.evil.cfg.rewards.track.weight: 'lambda env: 0' names a callable (module:attr) or is"),
         ("name: x\ntasks:\n  - env: HalfCheetah-v5\n    conditions: {heavy: {cfg: {body_mass: 2.0}}}\n",
          "tasks[0].conditions.heavy.cfg: cfg overrides apply to Isaac Lab and mjlab tasks only"),
+        ("name: x\ntasks:\n  - env: Swimmer-v5\n    conditions: {heavy: {body_mass_scale: 1.5}}\n",
+         "tasks[0].conditions.heavy: body_mass_scale set MuJoCo physics, which only the native backend changes; "
+         "Swimmer-v5 is built on the gymnasium backend: the native backend runs HalfCheetah-v5, Hopper-v5"),
+        ("name: x\ntasks:\n  - env: mjlab:Mjlab-Velocity-Flat-Unitree-Go1\n"
+         "    conditions: {ice: {friction_scale: 0.2}}\n",
+         "tasks[0].conditions.ice: friction_scale set the native MuJoCo env's physics; on mjlab:"),
     ],
 )  # fmt: skip
 def test_a_bad_suite_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, words):
@@ -184,6 +190,17 @@ def test_the_cli_refuses_a_bad_suite_and_flags_the_file_sets(suite_setup, tmp_pa
     assert proc.returncode == 2 and "--episodes" in proc.stderr.strip().splitlines()[-1]
     proc = cli("--suite", str(tmp_path / "none.yaml"), "--checkpoint", ck, "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_a_condition_the_chosen_env_backend_cannot_apply_is_refused_before_any_cell_runs(suite_setup, tmp_path):
+    _, suite, ck, _ = suite_setup
+    out = tmp_path / "o"
+    proc = cli("--suite", suite, "--checkpoint", ck, "--env-backend", "gymnasium", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "conditions.heavy: body_mass_scale set MuJoCo physics, which only the native backend changes" in last
+    assert "built on the gymnasium backend: use backend='native'" in last
+    assert "evaluating" not in proc.stdout and not (out / "results.jsonl").exists()
 
 
 def test_the_shipped_suite_parses():

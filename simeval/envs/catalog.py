@@ -6,7 +6,10 @@ Kept free of NumPy, torch and MuJoCo imports, so that the launcher and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simeval.conditions import Condition
 
 # What backend="native" runs (simeval.envs.mujoco_tasks.TASKS).
 NATIVE_TASKS = (
@@ -24,6 +27,8 @@ MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
 # floor unlike MuJoCo, so Ant's feet slide differently: an O(1) difference, not float32 rounding).
 WARP_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "InvertedPendulum-v5")
 ENV_BACKENDS = ("native", "gymnasium", "warp")
+# The simulators whose tasks are named "<prefix>:<task>"; they change a task through its config.
+MANAGER_SIMULATORS = ("isaaclab", "mjlab")
 
 
 def env_backend(name: str, backend: str | None = None) -> str:
@@ -62,6 +67,48 @@ def check_env(name: str, backend: str | None = None) -> str:
             "isaaclab:<task> or mjlab:<task>."
         )
     return env_backend(name, backend)
+
+
+def simulator_of(name: str, backend: str | None = None) -> str:
+    """The simulator that builds ``name`` (``isaaclab``, ``mjlab`` or an env backend), from its id alone.
+
+    Nothing is imported and no registry is read: a ValueError (one line) only for a
+    ``backend`` that cannot run ``name`` (:func:`env_backend`).
+    """
+    prefix, colon, _ = name.partition(":")
+    if colon and prefix in MANAGER_SIMULATORS:
+        return prefix
+    return env_backend(name, backend)
+
+
+def check_condition(name: str, condition: Condition, backend: str | None = None) -> None:
+    """Whether the simulator of ``name`` (on ``backend``) can apply ``condition``; else a one-line ValueError.
+
+    Observation and action settings apply on every simulator; MuJoCo physics settings
+    (``body_mass_scale``, ``friction_scale``, ``gravity``) on the native backend only; ``cfg``
+    overrides on Isaac Lab and mjlab tasks only. Checked where a suite is loaded, where the
+    launcher learns ``--env-backend``, and where ``make_env`` builds the env.
+    """
+    simulator = simulator_of(name, backend)
+    physics = ", ".join(condition.physics)
+    if physics and simulator in MANAGER_SIMULATORS:
+        example = "events.add_pole_mass" if simulator == "isaaclab" else "events.foot_friction_slide"
+        raise ValueError(
+            f"{physics} set the native MuJoCo env's physics; on {name} change "
+            f"physics through the task's config: a cfg override of an event term (e.g. {example})."
+        )
+    if physics and simulator != "native":
+        advice = (
+            "use backend='native', or observation/action conditions"
+            if name in NATIVE_TASKS
+            else f"the native backend runs {', '.join(NATIVE_TASKS)}; give {name} observation/action conditions"
+        )
+        raise ValueError(
+            f"{physics} set MuJoCo physics, which only the native backend changes; {name} is built on the "
+            f"{simulator} backend: {advice}."
+        )
+    if condition.cfg and simulator not in MANAGER_SIMULATORS:
+        raise ValueError(f"cfg overrides apply to Isaac Lab and mjlab tasks only, not {name}.")
 
 
 def check_isaaclab_task(task: str) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.catalog import MUJOCO_TASKS, env_backend
+from simeval.envs.catalog import MANAGER_SIMULATORS, MUJOCO_TASKS, check_condition, env_backend
 from simeval.envs.layout import append_layout
 
 if TYPE_CHECKING:
@@ -121,23 +121,11 @@ def make_env(
 
 def _condition(condition: Condition | Mapping[str, Any] | None, name: str, backend: str) -> Condition:
     """``condition`` checked for the env ``name`` built on ``backend``; ValueError (one line) if it cannot apply."""
-    from simeval.conditions import CFG, Condition
+    from simeval.conditions import Condition
 
     if not isinstance(condition, Condition):
         condition = Condition.parse(condition)
-    if condition.physics and backend in ("isaaclab", "mjlab"):
-        example = "events.add_pole_mass" if backend == "isaaclab" else "events.foot_friction_slide"
-        raise ValueError(
-            f"{', '.join(condition.physics)} set the native MuJoCo env's physics; on {name} change "
-            f"physics through the task's config: a cfg override of an event term (e.g. {example})."
-        )
-    if condition.physics and backend != "native":
-        raise ValueError(
-            f"{', '.join(condition.physics)} set the native MuJoCo env's physics; {name} is built on the {backend} "
-            "backend: use backend='native' (a NATIVE_TASKS id), or observation/action conditions."
-        )
-    if condition.cfg and backend not in ("isaaclab", "mjlab"):
-        raise ValueError(f"{CFG} overrides apply to Isaac Lab and mjlab tasks only, not {name}.")
+    check_condition(name, condition, None if backend in MANAGER_SIMULATORS else backend)
     return condition
 
 

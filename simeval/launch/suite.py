@@ -131,7 +131,19 @@ def _suite(data: Any, path: str) -> Suite:
         seen.add(task.env)
     for i, task in enumerate(parsed):
         _check_cfg_overrides(task, f"tasks[{i}]")
+        check_conditions(task, None, f"tasks[{i}]")
     return Suite(name, path, parsed)
+
+
+def check_conditions(task: SuiteTask, backend: str | None, where: str) -> None:
+    """Every condition of ``task`` one its simulator can apply (on ``backend``); else ValueError naming it."""
+    from simeval.envs import check_condition
+
+    for name, condition in task.conditions.items():
+        try:
+            check_condition(task.env, condition, backend)
+        except ValueError as exc:
+            raise ValueError(f"{where}.conditions.{name}: {exc}") from None
 
 
 def _check_cfg_overrides(task: SuiteTask, where: str) -> None:

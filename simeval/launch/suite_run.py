@@ -283,7 +283,7 @@ def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) 
     """``--suite FILE`` with ``--checkpoint`` or ``--watch``: load the suite, then :class:`SuiteRun`."""
     from simeval.launch.config import ConfigError
     from simeval.launch.sources import One, Watcher, check_watch_dir
-    from simeval.launch.suite import load_suite
+    from simeval.launch.suite import check_conditions, load_suite
 
     cfg = parsed.cfg
     clash = [f"--{k.replace('_', '-')}" for k in SUITE_SETTINGS if k in parsed.explicit]
@@ -292,9 +292,10 @@ def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) 
     suite = load_suite(cfg.suite)
     from simeval.envs import check_env
 
-    for task in suite.tasks:
+    for i, task in enumerate(suite.tasks):
         try:
             check_env(task.env, cfg.env_backend)
+            check_conditions(task, cfg.env_backend, f"tasks[{i}]")
         except ValueError as exc:
             raise ConfigError(f"{cfg.suite}: task {task.env}: {exc}") from None
     if cfg.backend == "ray":
