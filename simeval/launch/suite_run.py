@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from simeval.launch.build import make_evaluator, record_context
+from simeval.launch.build import checkpoint_fields, make_evaluator, record_context
 from simeval.launch.cli import Parsed
 from simeval.launch.plan import plan_for
 from simeval.launch.sources import checkpoint_name
@@ -230,13 +230,11 @@ class SuiteRun:
     def _record(self, job: _Job, result: dict, seconds: float, slot: _Slot) -> None:
         from simeval.records import make_record
 
-        ck, name = job.ck, checkpoint_name(job.ck.path, self.cfg.watch)
+        fields = checkpoint_fields(job.ck, self.cfg.watch)
+        name = fields["checkpoint_name"]
         record = make_record(
             result,
-            checkpoint=ck.path,
-            checkpoint_name=name,
-            checkpoint_sha256=ck.sha256,
-            checkpoint_format=ck.meta.get("format", "simeval"),
+            **fields,
             wall_time=round(seconds, 3),
             attempts=job.attempt,
             **record_context(self.cfg, slot.plan, slot.env_backend),
