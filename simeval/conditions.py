@@ -45,6 +45,22 @@ GENERIC = ("observation_noise", "action_noise", "action_delay", "action_scale")
 MUJOCO_PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
 CFG = "cfg"
 SETTINGS = (*GENERIC, *MUJOCO_PHYSICS)
+# The kind of each setting: what a simulator must be able to do to apply it (a simulator declares the kinds
+# it applies, simeval.envs.simulators.Simulator.capabilities). Words for messages beside each kind.
+KINDS = {
+    "observation": "the observation the policy sees",
+    "action": "the action the env receives",
+    "mujoco_physics": "MuJoCo physics",
+    "task_config": "the task's config",
+}
+KIND_OF = {
+    "observation_noise": "observation",
+    "action_noise": "action",
+    "action_delay": "action",
+    "action_scale": "action",
+    **dict.fromkeys(MUJOCO_PHYSICS, "mujoco_physics"),
+    CFG: "task_config",
+}
 # name -> (lowest allowed value, whether it may equal it, whether it is a whole number)
 _RULES: dict[str, tuple[float | None, bool, bool]] = {
     "observation_noise": (0.0, True, False),
@@ -133,6 +149,16 @@ class Condition:
     def physics(self) -> dict[str, float | tuple[float, float]]:
         """The simulator-native settings (native MuJoCo env)."""
         return {k: v for k, v in self.values.items() if k in MUJOCO_PHYSICS}
+
+    def settings_of(self, kind: str) -> tuple[str, ...]:
+        """The settings of this condition of ``kind`` (a key of :data:`KINDS`), in file order."""
+        names = (*self.values, *([CFG] if self.cfg else []))
+        return tuple(name for name in names if KIND_OF[name] == kind)
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of its settings: what a simulator needs to apply it."""
+        return frozenset(KIND_OF[name] for name in (*self.values, *([CFG] if self.cfg else [])))
 
     @property
     def ranged(self) -> tuple[str, ...]:

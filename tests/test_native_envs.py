@@ -256,7 +256,7 @@ def test_make_env_picks_a_backend_and_keeps_one_transform_layout():
     finally:
         for e in (native, gym_env, swimmer):
             e.close()
-    with pytest.raises(ValueError, match=r"backend='native' has no 'Swimmer-v5' .* use backend='gymnasium'"):
+    with pytest.raises(ValueError, match=r"backend='native' has no 'Swimmer-v5': it runs .*; use backend='gymnasium'"):
         make_env("Swimmer-v5", backend="native")
     with pytest.raises(ValueError, match="unknown backend 'mjx'"):
         make_env("Hopper-v5", backend="mjx")

@@ -181,6 +181,9 @@ def results_keys(root: str) -> set[str]:
     plan = types.SimpleNamespace(env="HalfCheetah-v5")
     keys = set(make_record(result)) | set(failed_record("x.pt", "error", step=1))
     keys |= set(record_context(cfg, plan, "native"))
+    checkpoint_fields = _function(root, "checkpoint_fields")  # which checkpoint a line evaluated
+    ck = types.SimpleNamespace(path="x.pt", sha256="0" * 64, meta={"format": "rsl_rl", "architecture": "params"})
+    keys |= set(checkpoint_fields(ck, None))
     from simeval.conditions import Condition
     from simeval.launch.suite import Cell, SuiteTask
 

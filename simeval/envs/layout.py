@@ -5,7 +5,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from torchrl.envs import EnvBase, TransformedEnv
+
+    from simeval.conditions import Condition
+
+
+def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
+    """``base`` itself for a nominal condition, else ``base`` under a :class:`~simeval.envs.perturb.Perturb`.
+
+    The Perturb sits directly around the base env, below the layout, so ``OBS_NORM_ID``
+    still names the VecNormV2.
+    """
+    if not condition.values:
+        return base
     from torchrl.envs import TransformedEnv
+
+    from simeval.envs.perturb import Perturb
+
+    return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
 
 
 def append_layout(env: TransformedEnv, max_steps: int | None, obs_norm: bool) -> None:

@@ -1,17 +1,12 @@
-"""Batched gymnasium MuJoCo tasks as torchrl envs (float32, VecNormV2, RewardSum, StepCounter).
+"""``make_env``: a batched torchrl env of any registered simulator, with simeval's transform layout.
 
-The backends build the same env (same keys, dtypes, seeding, time limit and
-transform layout, so checkpoints and ``OBS_NORM_ID`` fit them all):
-
-* ``"native"`` (:mod:`simeval.envs.mujoco`): every sub-env in one
-  ``mujoco.batch.Batch``, stepped in C on a thread pool, with observations and
-  rewards computed for the whole batch in NumPy. The default for ``NATIVE_TASKS``.
-* ``"gymnasium"``: gymnasium's SyncVectorEnv with autoreset disabled, so
-  torchrl drives partial resets itself (``_reset`` masks) and no spawned
-  worker processes are needed. Any registered gymnasium id.
-* ``"warp"`` (:mod:`simeval.envs.warp`): every sub-env a world of MuJoCo Warp
-  on ``device`` (a GPU, or Warp's CPU device), with torch tensors that stay
-  there. ``WARP_TASKS`` only; float32 physics (``pip install simeval[warp]``).
+The simulator comes from the env id (:mod:`simeval.envs.simulators`): ``isaaclab:<task>``
+and ``mjlab:<task>`` name theirs; a gymnasium id is built by native MuJoCo (the default for
+``NATIVE_TASKS``: every sub-env in one ``mujoco.batch.Batch``, stepped in C), gymnasium's
+SyncVectorEnv (any registered id; autoreset disabled, so torchrl drives partial resets)
+or MuJoCo Warp (``WARP_TASKS``; tensors stay on its device), as ``backend`` asks. They
+build the same env (keys, dtypes, seeding, time limit and transform layout), so
+checkpoints and ``OBS_NORM_ID`` fit them all.
 """
 
 from __future__ import annotations
@@ -19,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.catalog import MANAGER_SIMULATORS, MUJOCO_TASKS, check_condition, env_backend
-from simeval.envs.layout import append_layout
+from simeval.envs.simulators import EnvRequest, check_condition, simulator_for
 
 if TYPE_CHECKING:
-    from torchrl.envs import EnvBase, TransformedEnv
+    from torchrl.envs import TransformedEnv
 
     from simeval.conditions import Condition
 
@@ -99,152 +93,26 @@ def make_env(
             that would replace a callable or a config object is a ValueError (change such fields
             in the config itself, in Python).
     """
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
-    if name.startswith(("isaaclab:", "mjlab:")):
-        condition = _condition(condition, name, name.split(":", 1)[0])
-        overrides = {**condition.cfg, **(cfg_overrides or {})}
-        return _manager_env(name, num_envs, device, seed, max_steps, obs_norm, overrides, condition)
-    if cfg_overrides:
-        raise ValueError(f"cfg overrides apply to Isaac Lab and mjlab tasks only, not {name}.")
-    backend = env_backend(name, backend)
-    condition = _condition(condition, name, backend)
-    from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
-
-    base = _base_env(name, backend, num_envs, device, render, num_threads, exact_contact_forces, groups)
-    env = TransformedEnv(perturbed(base, condition), auto_unwrap=False)
-    append_layout(env, max_steps, obs_norm)
-    if seed is not None:
-        env.set_seed(seed)
-    return env
-
-
-def _condition(condition: Condition | Mapping[str, Any] | None, name: str, backend: str) -> Condition:
-    """``condition`` checked for the env ``name`` built on ``backend``; ValueError (one line) if it cannot apply."""
     from simeval.conditions import Condition
 
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+    sim = simulator_for(name, backend)
+    if cfg_overrides and "task_config" not in sim.capabilities:
+        check_condition(name, Condition(cfg=dict(cfg_overrides)), backend)
     if not isinstance(condition, Condition):
         condition = Condition.parse(condition)
-    check_condition(name, condition, None if backend in MANAGER_SIMULATORS else backend)
-    return condition
-
-
-def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
-    """``base`` itself for a nominal condition, else ``base`` under a :class:`~simeval.envs.perturb.Perturb`."""
-    if not condition.values:
-        return base
-    from torchrl.envs import TransformedEnv
-
-    from simeval.envs.perturb import Perturb
-
-    return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
-
-
-# The simulators whose tasks are named "<prefix>:<task>", and the module that builds them.
-_MANAGER_MODULES = {"isaaclab": "simeval.envs.isaaclab", "mjlab": "simeval.envs.mjlab"}
-
-
-def _manager_env(
-    name: str,
-    num_envs: int,
-    device: str | None,
-    seed: int | None,
-    max_steps: int | None,
-    obs_norm: bool,
-    cfg_overrides: Mapping[str, Any],
-    condition: Condition,
-) -> TransformedEnv:
-    """The task ``isaaclab:<task>`` or ``mjlab:<task>`` under ``cfg_overrides`` and ``condition``.
-
-    Built by that simulator's module (:func:`simeval.envs.isaaclab.make_env`, :func:`simeval.envs.mjlab.make_env`).
-    """
-    import importlib
-
-    prefix, task = name.split(":", 1)
-    module = importlib.import_module(_MANAGER_MODULES[prefix])
-    return module.make_env(
-        task,
+    check_condition(name, condition, backend)
+    options = {"render": render, "num_threads": num_threads, "exact_contact_forces": exact_contact_forces}
+    request = EnvRequest(
+        name=name,
         num_envs=num_envs,
         device=device,
         seed=seed,
         max_steps=max_steps,
         obs_norm=obs_norm,
-        cfg_overrides=cfg_overrides,
         condition=condition,
+        cfg_overrides=dict(cfg_overrides or {}),
+        options={**options, "groups": groups},
     )
-
-
-def _base_env(
-    name: str,
-    backend: str,
-    num_envs: int,
-    device: str | None,
-    render: bool,
-    num_threads: int | None,
-    exact_contact_forces: bool,
-    groups: int | None,
-) -> EnvBase:
-    """The untransformed batched env of ``backend`` (a name ``env_backend`` checked)."""
-    if backend == "native":
-        return _native_env(name, num_envs, device, render, num_threads, exact_contact_forces, groups)
-    if backend == "warp":
-        return _warp_env(name, num_envs, device, render)
-    return _gymnasium_env(name, num_envs, device, render)
-
-
-def _native_env(
-    name: str,
-    num_envs: int,
-    device: str | None,
-    render: bool,
-    num_threads: int | None,
-    exact_contact_forces: bool,
-    groups: int | None,
-) -> EnvBase:
-    """``num_envs`` sub-envs in one ``mujoco.batch.Batch`` (:class:`simeval.envs.mujoco.MujocoBatchEnv`)."""
-    from simeval.envs.mujoco import MujocoBatchEnv
-
-    return MujocoBatchEnv(
-        name,
-        num_envs,
-        device=device,
-        num_threads=num_threads,
-        exact_contact_forces=exact_contact_forces,
-        render_mode="rgb_array" if render else None,
-        groups=groups,
-    )
-
-
-def _warp_env(name: str, num_envs: int, device: str | None, render: bool) -> EnvBase:
-    """``num_envs`` worlds of MuJoCo Warp on ``device`` (:class:`simeval.envs.warp.WarpBatchEnv`)."""
-    if render:
-        raise ValueError("backend='warp' does not render: use backend='native' for frames.")
-    try:
-        import mujoco_warp  # noqa: F401
-        import warp  # noqa: F401
-    except ImportError as err:
-        raise ImportError(
-            f"backend='warp' needs MuJoCo Warp ({err.name} is missing): pip install simeval[warp]"
-        ) from None
-    from simeval.envs.warp import WarpBatchEnv
-
-    return WarpBatchEnv(name, num_envs, device=device)
-
-
-def _gymnasium_env(name: str, num_envs: int, device: str | None, render: bool) -> EnvBase:
-    """``num_envs`` gymnasium sub-envs in a SyncVectorEnv (autoreset disabled) under torchrl's GymWrapper."""
-    import gymnasium as gym
-    from torchrl.envs.libs.gym import GymWrapper
-
-    if name not in gym.registry:
-        raise ValueError(
-            f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
-        )
-    vec = gym.make_vec(
-        name,
-        num_envs=num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
-        **({"render_mode": "rgb_array", "width": 240, "height": 240, "camera_name": "track"} if render else {}),
-    )
-    return GymWrapper(vec, device=device)
+    return sim.make(request)

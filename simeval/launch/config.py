@@ -16,7 +16,8 @@ from typing import Any
 
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
 from simeval.checkpoints.formats import names as _format_names
-from simeval.envs import ENV_BACKENDS  # how MuJoCo envs are built: native, gymnasium
+from simeval.envs import ENV_BACKENDS  # the built-in simulators of gymnasium ids: native, gymnasium, warp
+from simeval.envs.simulators import env_backends
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
@@ -140,8 +141,9 @@ class LaunchConfig:
             raise ConfigError(
                 f"unknown checkpoint format {self.format!r}: choose one of {', '.join(CHECKPOINT_FORMATS)}."
             )
-        if self.env_backend is not None and self.env_backend not in ENV_BACKENDS:
-            raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {', '.join(ENV_BACKENDS)}.")
+        if self.env_backend is not None and self.env_backend not in env_backends():
+            choices = ", ".join(env_backends())
+            raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {choices}.")
         if self.launcher != "docker":
             for name in ("image", "gpus", "network", "pass_env"):
                 if getattr(self, name) not in (None, []):

@@ -1,0 +1,144 @@
+"""The simulators simeval builds envs with, found through one registry.
+
+Built in: native MuJoCo, gymnasium, MuJoCo Warp (the simulators of gymnasium ids, chosen by
+``make_env(backend=...)`` / ``--env-backend``), Isaac Lab (``isaaclab:<task>``) and mjlab
+(``mjlab:<task>``). A third party adds one by a :class:`Simulator` subclass and an entry
+point in the group ``simeval.simulators`` (see the docs' "Adding a simulator"). Nothing
+here imports a simulator: its module does, when it builds an env.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from simeval.envs.simulators.base import EnvRequest, Simulator
+from simeval.envs.simulators.gymnasium_vector import MUJOCO_TASKS, GymnasiumVector
+from simeval.envs.simulators.isaaclab import IsaacLab
+from simeval.envs.simulators.mjlab import Mjlab
+from simeval.envs.simulators.mujoco_native import NATIVE_TASKS, NativeMujoco
+from simeval.envs.simulators.mujoco_warp import WARP_TASKS, MujocoWarp
+
+if TYPE_CHECKING:
+    from simeval.conditions import Condition
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MUJOCO_TASKS",
+    "NATIVE_TASKS",
+    "WARP_TASKS",
+    "EnvRequest",
+    "Simulator",
+    "check_condition",
+    "env_backends",
+    "registered",
+    "simulator_for",
+    "supporting",
+]
+
+ENTRY_POINT_GROUP = "simeval.simulators"
+BUILT_IN: tuple[Simulator, ...] = (NativeMujoco(), GymnasiumVector(), MujocoWarp(), IsaacLab(), Mjlab())
+
+
+@functools.cache
+def registered() -> tuple[Simulator, ...]:
+    """Every simulator: the built-in ones, then those of installed packages' ``simeval.simulators`` entry points.
+
+    An entry point names a :class:`Simulator` subclass (or instance); one that does not
+    load, is not one, or takes a name or prefix already taken is a one-line ValueError
+    naming it.
+    """
+    found = list(BUILT_IN)
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
+        try:
+            loaded = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is one line, not a traceback
+            raise ValueError(f"{where} does not load: {type(exc).__name__}: {exc}") from None
+        sim = loaded() if isinstance(loaded, type) and issubclass(loaded, Simulator) else loaded
+        if not isinstance(sim, Simulator):
+            raise ValueError(f"{where} is not a simeval Simulator subclass: {loaded!r}")
+        taken = [s for s in found if s.name == sim.name or (sim.prefix and s.prefix == sim.prefix)]
+        if taken:
+            raise ValueError(f"{where} takes the name or prefix of {taken[0]!r}: give it another")
+        found.append(sim)
+    return tuple(found)
+
+
+def env_backends() -> tuple[str, ...]:
+    """The names ``backend=`` / ``--env-backend`` accept: the simulators of gymnasium ids."""
+    return tuple(s.name for s in registered() if s.prefix is None)
+
+
+def simulator_for(name: str, backend: str | None = None) -> Simulator:
+    """The simulator that builds env ``name`` (on ``backend``), by the id alone: nothing imported.
+
+    ``"<prefix>:<task>"`` is the simulator of that prefix (``backend`` does not apply);
+    any other id is a gymnasium id, built on ``backend``, or by default on the first
+    simulator that claims it (native MuJoCo for ``NATIVE_TASKS``), else on the fallback
+    that claims every id (gymnasium).
+    A one-line ValueError for a backend that does not exist or does not run ``name``.
+    """
+    sims = registered()
+    prefix, colon, _ = name.partition(":")
+    if colon:
+        for sim in sims:
+            if sim.prefix == prefix:
+                return sim
+    backends = env_backends()
+    if backend is not None and backend not in backends:
+        choices = ", ".join(repr(b) for b in backends[:-1]) + f" or {backends[-1]!r}"
+        raise ValueError(f"unknown backend {backend!r}: choose {choices} (or None for the default).")
+    claims = [s for s in sims if s.prefix is None and s.default_for(name)]
+    default = next((s for s in claims if not s.fallback), claims[0])
+    if backend is None:
+        return default
+    sim = next(s for s in sims if s.name == backend)
+    if not sim.runs(name):
+        raise ValueError(
+            f"backend={backend!r} has no {name!r}: it runs {', '.join(sim.tasks())}; use backend={default.name!r}."
+        )
+    return sim
+
+
+def supporting(kind: str) -> tuple[Simulator, ...]:
+    """The simulators that apply condition ``kind`` (a key of :data:`simeval.conditions.KINDS`)."""
+    return tuple(s for s in registered() if kind in s.capabilities)
+
+
+def check_condition(name: str, condition: Condition, backend: str | None = None) -> None:
+    """Whether the simulator of ``name`` (on ``backend``) applies every kind ``condition`` has; else one line.
+
+    The refusal names the settings, the simulator that cannot apply them and the ones
+    that can. Checked where a suite is loaded, where the launcher learns
+    ``--env-backend``, and where ``make_env`` builds the env.
+    """
+    from simeval.conditions import KINDS
+
+    sim = simulator_for(name, backend)
+    for kind in sorted(condition.kinds - sim.capabilities, key=list(KINDS).index):
+        settings = condition.settings_of(kind)
+        own = sim.refusal(name, kind, settings)
+        if own is not None:
+            raise ValueError(own)
+        raise ValueError(_refusal(name, sim, kind, settings))
+
+
+def _refusal(name: str, sim: Simulator, kind: str, settings: tuple[str, ...]) -> str:
+    from simeval.conditions import CFG, KINDS
+
+    able = supporting(kind)
+    titles = " and ".join(s.title for s in able) or "no simulator installed here"
+    if settings == (CFG,):
+        return f"cfg overrides apply to {titles} tasks only, not {name}."
+    here = [s for s in able if s.prefix is None and s.runs(name)]
+    if here:
+        advice = f"use backend={here[0].name!r}, or other conditions"
+    else:
+        runs = "; ".join(f"{s.title} runs {', '.join(s.tasks()) or 'its own tasks'}" for s in able)
+        advice = f"{runs}; give {name} other conditions"
+    return (
+        f"{', '.join(settings)} set {KINDS[kind]}, which only {titles} changes; {name} is built on the "
+        f"{sim.name} backend: {advice}."
+    )

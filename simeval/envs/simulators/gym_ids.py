@@ -1,0 +1,49 @@
+"""What the simulators of gymnasium ids share: the id check, and one way to wrap their base env.
+
+Native MuJoCo, gymnasium's vector env and MuJoCo Warp build the same tasks (gymnasium's
+MuJoCo v5 ids) with the same keys, specs, seeding and transform layout, so a checkpoint
+fits them all; ``make_env(backend=...)`` and ``--env-backend`` choose among them.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING
+
+from simeval.envs.simulators.base import EnvRequest, Simulator
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase, TransformedEnv
+
+
+class GymIdSimulator(Simulator):
+    """A simulator of gymnasium ids: it builds the base env, simeval wraps it the same way for all."""
+
+    def check(self, name: str) -> None:
+        """``name`` registered in gymnasium; a one-line ValueError otherwise."""
+        import gymnasium
+
+        if name not in gymnasium.registry:
+            from simeval.envs.simulators import registered
+
+            ids = ["a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5)"]
+            ids += [f"{s.prefix}:<task>" for s in registered() if s.prefix]
+            choices = ", ".join(ids[:-1]) + f" or {ids[-1]}" if len(ids) > 1 else ids[0]
+            raise ValueError(f"unknown env {name!r}: not {choices}.")
+
+    @abstractmethod
+    def base_env(self, request: EnvRequest) -> EnvBase:
+        """The untransformed batched env of ``request`` (``request.name`` one :meth:`runs`)."""
+
+    def make(self, request: EnvRequest) -> TransformedEnv:
+        """:meth:`base_env`, under the condition's Perturb, with the transform layout; seeded when asked."""
+        from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
+
+        from simeval.envs.layout import append_layout, perturbed
+
+        base = self.base_env(request)
+        env = TransformedEnv(perturbed(base, request.condition), auto_unwrap=False)
+        append_layout(env, request.max_steps, request.obs_norm)
+        if request.seed is not None:
+            env.set_seed(request.seed)
+        return env

@@ -1,0 +1,52 @@
+"""gymnasium's own envs (``backend="gymnasium"``): any registered id in a SyncVectorEnv.
+
+Autoreset is disabled, so torchrl drives partial resets itself (``_reset`` masks) and no
+worker processes are spawned. The default for an id no other simulator of gymnasium ids
+claims (Swimmer-v5, Reacher-v5, Pendulum-v1, ...).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.gym_ids import GymIdSimulator
+from simeval.envs.simulators.mujoco_native import NATIVE_TASKS
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+# gymnasium's MuJoCo v5 tasks named in error messages; the last two run on gymnasium only.
+MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
+
+
+class GymnasiumVector(GymIdSimulator):
+    """Any gymnasium id, stepped by gymnasium in one process (``render`` gives sub-env 0's frames)."""
+
+    name = "gymnasium"
+    title = "gymnasium"
+    fallback = True
+
+    def default_for(self, name: str) -> bool:
+        """Every id: the fallback, where no other simulator of gymnasium ids claims it."""
+        return True
+
+    def base_env(self, request: EnvRequest) -> EnvBase:
+        """``request.num_envs`` gymnasium sub-envs in a SyncVectorEnv under torchrl's GymWrapper."""
+        import gymnasium as gym
+        from torchrl.envs.libs.gym import GymWrapper
+
+        name = request.name
+        if name not in gym.registry:
+            raise ValueError(
+                f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
+            )
+        frames = {"render_mode": "rgb_array", "width": 240, "height": 240, "camera_name": "track"}
+        vec = gym.make_vec(
+            name,
+            num_envs=request.num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+            **(frames if request.options.get("render") else {}),
+        )
+        return GymWrapper(vec, device=request.device)

@@ -1,0 +1,46 @@
+"""MuJoCo Warp (``backend="warp"``): every sub-env a world of MuJoCo Warp, tensors on its device.
+
+:data:`WARP_TASKS` only (the tasks that observe and reward qpos and qvel); float32
+physics; no frames (``pip install simeval[warp]``). The env itself:
+:class:`simeval.envs.warp.WarpBatchEnv`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.gym_ids import GymIdSimulator
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+# Not Humanoid (MuJoCo Warp has no PGS solver) nor Ant (mujoco_warp 4.0.0 orients a steep capsule's friction
+# pyramid on the floor unlike MuJoCo, so Ant's feet slide differently: an O(1) difference, not float32 rounding).
+WARP_TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "InvertedPendulum-v5")
+
+
+class MujocoWarp(GymIdSimulator):
+    """gymnasium's MuJoCo v5 tasks as MuJoCo Warp worlds on a GPU (or Warp's CPU device)."""
+
+    name = "warp"
+    title = "MuJoCo Warp"
+
+    def tasks(self) -> tuple[str, ...]:
+        """:data:`WARP_TASKS`."""
+        return WARP_TASKS
+
+    def base_env(self, request: EnvRequest) -> EnvBase:
+        """A :class:`~simeval.envs.warp.WarpBatchEnv` of ``request.num_envs`` worlds on ``request.device``."""
+        if request.options.get("render"):
+            raise ValueError("backend='warp' does not render: use backend='native' for frames.")
+        try:
+            import mujoco_warp  # noqa: F401
+            import warp  # noqa: F401
+        except ImportError as err:
+            raise ImportError(
+                f"backend='warp' needs MuJoCo Warp ({err.name} is missing): pip install simeval[warp]"
+            ) from None
+        from simeval.envs.warp import WarpBatchEnv
+
+        return WarpBatchEnv(request.name, request.num_envs, device=request.device)
