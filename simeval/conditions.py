@@ -131,7 +131,7 @@ class Condition:
             else:
                 raise ValueError(
                     f"{where}: unknown setting {name!r}; settings are {', '.join(SETTINGS)} and {CFG} "
-                    "(Isaac Lab config overrides by dotted path)."
+                    "(task-config overrides by dotted path)."
                 )
         return cls(values, cfg)
 

@@ -13,7 +13,6 @@ from simeval.envs.catalog import (
     WARP_TASKS,
     check_condition,
     check_env,
-    check_isaaclab_task,
     env_backend,
     task_config,
 )
@@ -27,7 +26,6 @@ __all__ = [
     "WARP_TASKS",
     "check_condition",
     "check_env",
-    "check_isaaclab_task",
     "env_backend",
     "make_env",
     "task_config",

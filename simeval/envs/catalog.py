@@ -25,7 +25,6 @@ __all__ = [
     "WARP_TASKS",
     "check_condition",
     "check_env",
-    "check_isaaclab_task",
     "env_backend",
     "task_config",
 ]
@@ -52,11 +51,6 @@ def check_env(name: str, backend: str | None = None) -> str:
         return sim.name
     simulator_for(name).check(name)
     return simulator_for(name, backend).name
-
-
-def check_isaaclab_task(task: str) -> None:
-    """Isaac Lab installed and ``task`` registered (with Isaac Sim installed, the installation only)."""
-    simulator_for("isaaclab:" + task).check("isaaclab:" + task)
 
 
 def task_config(name: str) -> Any | None:

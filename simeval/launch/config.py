@@ -17,7 +17,7 @@ from typing import Any
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
 from simeval.checkpoints.formats import names as _format_names
 from simeval.envs import ENV_BACKENDS  # the built-in simulators of gymnasium ids: native, gymnasium, warp
-from simeval.envs.simulators import env_backends
+from simeval.envs.simulators import env_backends, env_id_forms
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
@@ -53,8 +53,7 @@ class LaunchConfig:
     device: str | None = _opt(None, "eval device, e.g. cuda:1 (process backend: only that GPU is visible)")
     env: str = _opt(
         "HalfCheetah-v5",
-        "gymnasium id (HalfCheetah-v5, ...), isaaclab:<task> or mjlab:<task> "
-        "(default: the checkpoint's, else HalfCheetah-v5)",
+        f"{env_id_forms()} (default: the checkpoint's, else HalfCheetah-v5)",
         show_default=False,
     )
     env_backend: str | None = _opt(

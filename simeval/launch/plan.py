@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from simeval.envs.simulators import env_id_forms
 from simeval.launch.config import LaunchConfig
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None
     if ck is not None and not ck.env and ck.meta.get("format", "simeval") != "simeval" and "env" not in explicit:
         raise CheckpointError(
             f"{ck.path}: a {ck.meta['format']} checkpoint does not record its env: name it with --env "
-            "(e.g. --env isaaclab:Simeval-Isaac-Cartpole-Direct or --env mjlab:Mjlab-Velocity-Flat-Unitree-Go1)."
+            f"({env_id_forms()})."
         )
     if ck is not None and ck.env:
         if "env" in explicit and ck.env != cfg.env:

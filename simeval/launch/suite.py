@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.conditions import Condition
+from simeval.envs.simulators import check_condition, env_id_forms
 from simeval.launch.config import ConfigError
 
 _TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "tasks")
@@ -137,8 +138,6 @@ def _suite(data: Any, path: str) -> Suite:
 
 def check_conditions(task: SuiteTask, backend: str | None, where: str) -> None:
     """Every condition of ``task`` one its simulator can apply (on ``backend``); else ValueError naming it."""
-    from simeval.envs import check_condition
-
     for name, condition in task.conditions.items():
         try:
             check_condition(task.env, condition, backend)
@@ -163,9 +162,11 @@ def _check_cfg_overrides(task: SuiteTask, where: str) -> None:
     overriding = {name: c.cfg for name, c in task.conditions.items() if c.cfg}
     if not overriding:
         return
-    if not task.env.startswith(("isaaclab:", "mjlab:")):
-        name = next(iter(overriding))
-        raise ValueError(f"{where}.conditions.{name}.cfg: cfg overrides apply to Isaac Lab and mjlab tasks only.")
+    name, first = next(iter(overriding.items()))
+    try:
+        check_condition(task.env, Condition(cfg=first))
+    except ValueError as exc:
+        raise ValueError(f"{where}.conditions.{name}.cfg: {exc}") from None
     cfg = task_config(task.env)
     if cfg is None:
         return
@@ -182,7 +183,7 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
     _known(data, _TASK, where + ".")
     env = data.get("env")
     if not isinstance(env, str) or not env:
-        raise ValueError(f"{where}.env: every task names its env (a gymnasium id, isaaclab:<id> or mjlab:<id>).")
+        raise ValueError(f"{where}.env: every task names its env ({env_id_forms()}).")
     conditions = data.get("conditions", {"nominal": {}})
     if not isinstance(conditions, Mapping) or not conditions:
         raise ValueError(f"{where}.conditions: a mapping of condition names to settings ({{}}: the nominal env).")

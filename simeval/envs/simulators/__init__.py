@@ -32,6 +32,7 @@ __all__ = [
     "Simulator",
     "check_condition",
     "env_backends",
+    "env_id_forms",
     "registered",
     "simulator_for",
     "supporting",
@@ -69,6 +70,12 @@ def registered() -> tuple[Simulator, ...]:
 def env_backends() -> tuple[str, ...]:
     """The names ``backend=`` / ``--env-backend`` accept: the simulators of gymnasium ids."""
     return tuple(s.name for s in registered() if s.prefix is None)
+
+
+def env_id_forms() -> str:
+    """The forms an env id takes, for messages: "a gymnasium id, isaaclab:<task> or mjlab:<task>"."""
+    forms = ["a gymnasium id", *(f"{s.prefix}:<task>" for s in registered() if s.prefix)]
+    return ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else forms[0]
 
 
 def simulator_for(name: str, backend: str | None = None) -> Simulator:

@@ -24,12 +24,10 @@ class GymIdSimulator(Simulator):
         import gymnasium
 
         if name not in gymnasium.registry:
-            from simeval.envs.simulators import registered
+            from simeval.envs.simulators import env_id_forms
 
-            ids = ["a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5)"]
-            ids += [f"{s.prefix}:<task>" for s in registered() if s.prefix]
-            choices = ", ".join(ids[:-1]) + f" or {ids[-1]}" if len(ids) > 1 else ids[0]
-            raise ValueError(f"unknown env {name!r}: not {choices}.")
+            forms = env_id_forms().replace("a gymnasium id", "a gymnasium id (e.g. HalfCheetah-v5, Hopper-v5)", 1)
+            raise ValueError(f"unknown env {name!r}: not {forms}.")
 
     @abstractmethod
     def base_env(self, request: EnvRequest) -> EnvBase:
