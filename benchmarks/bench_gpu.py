@@ -273,7 +273,7 @@ def machine(device: str) -> str:
         props = torch.cuda.get_device_properties(device)
         gpu = f"{props.name} ({props.total_memory / 2**30:.0f} GiB), driver {driver}, CUDA {torch.version.cuda}"
     else:
-        gpu = "no GPU: Warp's CPU device (smoke mode)"
+        gpu = "no GPU: the CPU (smoke mode)"
     return f"{gpu}; {os.cpu_count()} CPUs; " + ", ".join(parts)
 
 

@@ -15,8 +15,9 @@ and ends with one table (part, exit code, minutes, log):
 3. ``bench_isaaclab.py`` (in the Isaac Lab venv): the offline Isaac Lab cartpole at
    1k-16k envs, the bare loop beside simeval and torchrl's Collector.
 
-``--smoke`` runs parts 1-3 on the CPU with tiny sizes: it measures nothing worth quoting
-and says so; it shows that the command and every part run. Exit code: the number of
+``--smoke`` runs parts 1-3 on the CPU with tiny sizes, ``bench_gpu`` on the native env
+(Warp's CPU device steps ~100 env-steps/s; tests/test_warp_env.py covers that env): it
+measures nothing worth quoting and says so; it shows that the command and every part run. Exit code: the number of
 parts that failed (0: all ran). Without CUDA and without ``--smoke`` it exits 2.
 """
 
@@ -40,7 +41,8 @@ def parts(device: str, smoke: bool, out: str) -> list[tuple[str, list[str]]]:
         return [
             ("gpu_check", [py, f"{HERE}/gpu_check.py", "--device", "cpu", "--num-envs", "4", "--episodes", "4",
                            "--out", os.path.join(out, "gpu-check")]),
-            ("bench_gpu", [py, f"{HERE}/bench_gpu.py", "--device", "cpu", "--sizes", "8", "--repeats", "1", "--quick"]),
+            ("bench_gpu", [py, f"{HERE}/bench_gpu.py", "--device", "cpu", "--sizes", "8", "--repeats", "1", "--quick",
+                           "--env-backend", "native"]),
             ("bench_isaaclab", [ISAAC_PYTHON, f"{HERE}/bench_isaaclab.py", "--device", "cpu", "--num-envs", "16",
                                 "--steps", "10", "--repeats", "1"]),
         ]  # fmt: skip

@@ -282,7 +282,7 @@ def run_launcher(args: list[str], out, quick: bool = True) -> None:
             json.loads(line)
 
 
-@fuzz_settings(12, launcher=True)
+@fuzz_settings(8, launcher=True)
 @given(flags=st.lists(st.sampled_from(sorted(FLAGS)), min_size=1, max_size=3, unique=True), data=st.data())
 def test_launcher_flags_answer_in_one_line(tmp_path_factory, flags, data):
     args = []
@@ -291,7 +291,7 @@ def test_launcher_flags_answer_in_one_line(tmp_path_factory, flags, data):
     run_launcher(args, tmp_path_factory.mktemp("flags") / "out")
 
 
-@fuzz_settings(12, launcher=True)
+@fuzz_settings(8, launcher=True)
 @given(doc=st.one_of(
     st.dictionaries(st.sampled_from(sorted(FLAGS) + [k.replace("-", "_") for k in FLAGS] + ["nonsense"]),
                     odd_values(), max_size=3),
@@ -317,7 +317,7 @@ SETTINGS = ["observation_noise", "action_noise", "action_delay", "action_scale",
             "gravity", "cfg", "nonsense"]  # fmt: skip
 
 
-@fuzz_settings(12, launcher=True)
+@fuzz_settings(8, launcher=True)
 @given(data=st.data())
 def test_suite_files_answer_in_one_line(tmp_path_factory, data):
     import copy

@@ -21,5 +21,5 @@ def test_many_rounds_leave_no_growth(backend):
 
 
 def test_a_watch_suite_launcher_leaves_no_growth():
-    samples = soak.soak_watch_suite(checkpoints=8, interval=2.0, every=2)
+    samples = soak.soak_watch_suite(checkpoints=6, interval=1.0, every=2)
     assert soak.verdict(samples, rss_slack_mb=64.0) == [], samples
