@@ -32,7 +32,7 @@ It runs where it reproduces the Collector: the env is one of these under
 VecNormV2 on "observation", RewardSum; on Isaac Lab also the wrapper's own
 VecGymEnvTransform and the rename of a manager-based task's ``policy`` group,
 and no StepCounter cap), and nothing asks for what only the Collector gives
-(:func:`simeval.worker.direct_rollout.collector_only`). A suite condition
+(:func:`simeval.worker.round_parts.collector_only`). A suite condition
 (``Perturb``) runs on the Collector.
 """
 
@@ -49,7 +49,8 @@ from tensordict import TensorDict
 
 from simeval.errors import Cancelled
 from simeval.worker import episode_ends
-from simeval.worker.direct_rollout import (
+from simeval.worker.rollout import Episodes, RoundTally
+from simeval.worker.round_parts import (
     as_key,
     collector_only,
     layout,
@@ -59,7 +60,6 @@ from simeval.worker.direct_rollout import (
     policy_module,
     step_cap,
 )
-from simeval.worker.rollout import Episodes, RoundTally
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
