@@ -33,9 +33,12 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from simeval.launch import compare, report
 from simeval.metrics import bootstrap_ci
 from simeval.records import append_record
+from simeval.report import cli as report_cli
+from simeval.report import comparison as compare
+from simeval.report import runs as run_dirs
+from simeval.report import text as text_out
 
 SEEDS = list(range(5000, 5016))  # the episode seeds of every cell, the same in both runs
 REFERENCES = {"HalfCheetah-v5": (-280.0, 6000.0), "Hopper-v5": (-20.0, 3500.0), "Walker2d-v5": (0.0, 4000.0)}
@@ -319,7 +322,7 @@ def test_json_has_the_agreed_keys_and_the_numbers_of_an_independent_oracle(runs,
 
 def test_each_cells_p_value_and_holm_verdict_are_the_oracles(runs, oracle):
     a, b = runs
-    result = compare.compare(report.read_results(a), report.read_results(b), a, b)
+    result = compare.compare(run_dirs.read_results(a), run_dirs.read_results(b), a, b)
     assert [(c.task, c.condition) for c in result.cells] == CELLS
     for cell in result.cells:
         expected = oracle[(cell.task, cell.condition)]
@@ -365,7 +368,7 @@ def test_holm_corrects_the_verdicts_of_a_family_where_the_correction_decides(fam
     assert raw[:3] == pytest.approx([2 / 2**8, 2 / 2**7, 2 / 2**6]) and raw[3] > 0.3
     assert [expected[c]["verdict"] for c in cells] == FAMILY_VERDICTS
     assert sum(p < ALPHA for p in raw) == 3 and sum(len(raw) * p < ALPHA for p in raw) == 1  # raw, Bonferroni
-    result = compare.compare(report.read_results(a), report.read_results(b), a, b)
+    result = compare.compare(run_dirs.read_results(a), run_dirs.read_results(b), a, b)
     assert [(c.task, c.condition) for c in result.cells] == cells
     assert [c.paired.p_value for c in result.cells] == pytest.approx(raw, rel=1e-9)
     assert [c.verdict for c in result.cells] == FAMILY_VERDICTS
@@ -374,7 +377,7 @@ def test_holm_corrects_the_verdicts_of_a_family_where_the_correction_decides(fam
     for row in rows:
         _check_row(row, expected[(row["task"], row["condition"])])
     assert not expected[("*", "*")]["normalised"] and not result.aggregate.normalised
-    assert "verdicts: Holm-corrected over 4 cells, alpha 0.05" in compare.text_table(result)
+    assert "verdicts: Holm-corrected over 4 cells, alpha 0.05" in text_out.text_table(result)
 
 
 def test_step_a_picks_an_earlier_checkpoint_and_a_missing_step_is_one_line(runs):
@@ -423,13 +426,13 @@ def test_bad_input_is_one_line(tmp_path, runs):
 
 def test_rich_output_and_curve_mode_in_process(runs, tmp_path, capsys):
     a, b = runs
-    result = compare.compare(report.read_results(a), report.read_results(b), a, b, *report.labels([a, b]))
+    result = compare.compare(run_dirs.read_results(a), run_dirs.read_results(b), a, b, *run_dirs.labels([a, b]))
     buf = io.StringIO()
-    compare.print_text(result, file=buf, use_rich=True)
+    text_out.print_text(result, file=buf, use_rich=True)
     text = buf.getvalue()
     assert all(v in text for v in ("better", "worse", "inconclusive", "100.0 [100.0, 100.0]", "Holm-corrected"))
     # The curve mode is unchanged: the first argument is a run, not "compare".
-    assert report.main([a, b, "--output", str(tmp_path / "curve.png")]) == 0
+    assert report_cli.main([a, b, "--output", str(tmp_path / "curve.png")]) == 0
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "200,000" in capsys.readouterr().out
 
@@ -561,7 +564,7 @@ def test_names_that_look_like_math_are_drawn_as_written(tmp_path):
     assert _table(proc.stdout)[(task, condition)][-1] == "better"
     text = page.read_text()
     assert html.escape(task) in text and html.escape("ck_$\\x^_$.pt") in text
-    assert report.main([*runs, "--output", str(tmp_path / "curve.png")]) == 0  # the curve's legend: run names
+    assert report_cli.main([*runs, "--output", str(tmp_path / "curve.png")]) == 0  # the curve's legend: run names
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -575,7 +578,7 @@ def test_the_newest_line_of_an_evaluation_is_the_one_that_counts(tmp_path):
     served = {k: v for k, v in _line(task, None, 500, x).items() if not k.startswith("checkpoint")}
     lines = [failed, _line(task, condition, 1000, x), served, served, _line(task, condition, 1000, x + 7.0)]
     a = _write(tmp_path / "a", lines)
-    rows = report.read_results(a)
+    rows = run_dirs.read_results(a)
     assert [r["step"] for r in rows] == [500, 500, 1000]  # a served evaluator's lines are each their own
     assert rows[-1]["episode_returns"] == pytest.approx(list(x + 7.0))
     b = _write(tmp_path / "b", [_line(task, condition, 1000, x + 7.0)])

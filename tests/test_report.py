@@ -7,7 +7,7 @@ import os
 from helpers import const_policy, count_env
 
 from simeval import Evaluator
-from simeval.launch import report
+from simeval.report import cli, curves
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -35,7 +35,7 @@ def _rows(stdout: str) -> list[list[str]]:
 
 def test_a_run_whose_returns_are_all_zero_shows_a_zero_interval(tmp_path, capsys):
     run = _run(tmp_path / "zero", w=0.0)
-    assert report.main([run, "--output", str(tmp_path / "curve.png")]) == 0
+    assert cli.main([run, "--output", str(tmp_path / "curve.png")]) == 0
     ((_label, step, mean, low, high, episodes),) = _rows(capsys.readouterr().out)
     assert (step, episodes) == ("1,000", "2")
     assert (mean, low, high) == ("0.0", "0.0", "0.0")  # not "nan": 0.0 is a bound like any other
@@ -49,7 +49,7 @@ def test_runs_and_references_with_the_same_basename_keep_a_row_each(tmp_path, ca
     ref_b = _run(tmp_path / "expert" / "out", w=3.0)
     png = tmp_path / "curve.png"
     argv = [run_a, run_b, "--reference", ref_a, "--reference", ref_b, "--output", str(png)]
-    assert report.main(argv) == 0
+    assert cli.main(argv) == 0
     rows = _rows(capsys.readouterr().out)
     by_label: dict[str, list[tuple[str, str]]] = {}
     for label, step, mean, *_ in rows:
@@ -67,14 +67,14 @@ def test_a_reference_never_replaces_a_run_of_the_same_name(tmp_path, capsys, mon
     _run(tmp_path / "a" / "out", w=1.0)
     ref = _run(tmp_path / "b" / "out", w=2.0)
     monkeypatch.chdir(tmp_path / "a")  # the run given as "out": the reference's basename
-    assert report.main(["out", "--reference", ref, "--output", str(tmp_path / "curve.png")]) == 0
+    assert cli.main(["out", "--reference", ref, "--output", str(tmp_path / "curve.png")]) == 0
     means = {label: mean for label, _step, mean, *_ in _rows(capsys.readouterr().out)}
     assert means == {"a/out": "3.0", "b/out": "6.0"}
 
 
 def test_the_same_directory_as_run_and_reference_is_shown_twice(tmp_path, capsys):
     run = _run(tmp_path / "out", w=1.0)
-    assert report.main([run, "--reference", run, "--output", str(tmp_path / "curve.png")]) == 0
+    assert cli.main([run, "--reference", run, "--output", str(tmp_path / "curve.png")]) == 0
     rows = _rows(capsys.readouterr().out)
     assert [row[0] for row in rows] == ["out", "out"]
     assert rows[0][1] == "1,000" and rows[1][1:3] == ["(reference)", "1,000"]
@@ -85,7 +85,7 @@ def test_a_bound_that_is_missing_or_null_shows_as_nan_and_draws_no_band(tmp_path
         {"step": 1000, "metrics": {"reward": 2.0, "num_episodes": 1}},  # written before CIs were recorded
         {"step": 2000, "metrics": {"reward": 4.0, "reward_ci_low": None, "reward_ci_high": 0.0, "num_episodes": 1}},
     ]
-    lines = report.table({"run": rows}).splitlines()[2:]
+    lines = curves.table({"run": rows}).splitlines()[2:]
     assert [line.split()[2:5] for line in lines] == [["2.0", "nan", "nan"], ["4.0", "nan", "0.0"]]
-    png = report.plot({"run": rows}, str(tmp_path / "curve.png"), {"base": rows[1]})
+    png = curves.plot({"run": rows}, str(tmp_path / "curve.png"), {"base": rows[1]})
     assert open(png, "rb").read(8) == PNG

@@ -14,10 +14,10 @@ import sys
 import pytest
 from launch_helpers import cli
 
-from simeval.launch import report
 from simeval.launch.config import ConfigError
 from simeval.launch.results import ResultsLog
 from simeval.records import ResultsFileError, append_record, read_records
+from simeval.report import cli as report_cli
 
 PARTIAL = b'{"status": "ok", "step": 1}\n{"status": "ok", "st'  # a partial last line: a repair cuts it
 
@@ -92,7 +92,7 @@ def test_report_refuses_a_linked_results_file_and_an_endless_line_in_one_line(tm
     real = tmp_path / "real.jsonl"
     real.write_text(json.dumps(_ok_line(1)) + "\n")
     os.symlink(real, linked / "results.jsonl")
-    assert report.main([str(linked)]) == 2
+    assert report_cli.main([str(linked)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"simeval-report: error: {linked / 'results.jsonl'} is a symbolic link"), line
 
@@ -102,7 +102,7 @@ def test_report_refuses_a_linked_results_file_and_an_endless_line_in_one_line(tm
         f.write(b'{"status": "ok", "step": 1, "pad": "')
         f.write(b"x" * (64 << 20))
         f.write(b'"}\n')
-    assert report.main([str(huge)]) == 2
+    assert report_cli.main([str(huge)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{huge / 'results.jsonl'}: line 1 is over 64 MiB" in err, err
 

@@ -126,7 +126,7 @@ def test_a_checkpoint_that_fails_never_fixes_the_plan_and_retry_failed_evaluates
     assert [r["status"] for r in lines["step_0000500.pt"]] == ["failed", "ok"]
     assert [len(lines[f"step_{s:07d}.pt"]) for s in (1000, 2000)] == [1, 1]  # ok lines never run again
 
-    from simeval.launch.report import read_results
+    from simeval.report.runs import read_results
 
     assert [(r["step"], r["status"]) for r in read_results(str(out))] == [(500, "ok"), (1000, "ok"), (2000, "ok")]
 
@@ -203,7 +203,7 @@ def test_a_suite_retries_failed_cells_and_unreadable_files_with_the_flag_and_end
     assert [r["status"] for r in lines["step_0001500.pt"]] == ["failed"] * CELLS + ["ok"] * CELLS
     assert [r["status"] for r in lines["step_0002000.pt"]] == ["failed"] + ["ok"] * CELLS
 
-    from simeval.launch.report import read_results
+    from simeval.report.runs import read_results
 
     newest = read_results(str(out))  # the newest line of each (checkpoint, cell)
     assert sorted((r["step"], r["condition"]) for r in newest) == sorted(

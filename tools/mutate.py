@@ -50,8 +50,8 @@ Exclusions (each a mutant that cannot change a number, or that every test kills 
   ``@classmethod`` and ``functools.lru_cache``: removing one breaks every use of the class (killed by
   construction: no information for a full test run), flipping ``frozen``/``eq`` or the cache size
   changes no number (equivalent).
-* ``output``: for ``simeval/launch/compare.py`` only the functions that compute numbers are mutated
-  (``Target.functions``), not the text table, HTML page and plots.
+* ``output``: a target may list the functions to mutate (``Target.functions``); ``simeval/report/comparison.py``
+  lists the ones that compute numbers (its text, HTML page and plots live in other modules).
 * ``pragma``: a line marked ``# pragma: no mutate`` (cosmic-ray's convention), for an equivalent mutant
   found in a run; say on the line why.
 
@@ -185,7 +185,7 @@ TARGETS: dict[str, Target] = {
     ),
     "stats": Target("simeval/stats.py", (Stage(("tests/test_stats.py",)),)),
     "compare": Target(
-        "simeval/launch/compare.py",
+        "simeval/report/comparison.py",
         (
             Stage(
                 ("tests/test_compare.py",),

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo (``argv`` is not used): the eval curve, the reference rows, the plot; 0, or 1 if a run failed."""
     from simeval import launch
     from simeval.checkpoints.shipped import shipped_checkpoint
-    from simeval.launch import report
+    from simeval.report import curves, runs
 
     root = os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
     trained = os.path.join(root, "trained")
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n$ python -m simeval.launch {' '.join(args)} --out {out}", flush=True)
         if launch.main([*args, "--out", out]) != 0:
             return 1
-        references[label] = report.read_results(out)[-1]
+        references[label] = runs.read_results(out)[-1]
 
-    curve = report.read_results(trained)
+    curve = runs.read_results(trained)
     print(f"\n{shipped.env}, 16 episodes of 1000 steps per evaluation, seed 0 (the same initial states everywhere):\n")
     print(f"{'policy':<42}{'return':>10}{'95% CI':>22}")
     rows = [(f"trained, step {r['step']:>9,}", r) for r in curve] + list(references.items())
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         m = record["metrics"]
         ci = "[{:.1f}, {:.1f}]".format(m["reward_ci_low"], m["reward_ci_high"])
         print(f"{label:<42}{m['reward']:>10.1f}{ci:>22}")
-    png = report.plot(
+    png = curves.plot(
         {"training run (shipped checkpoints)": curve}, os.path.join(trained, "eval_curve.png"), references
     )
     print(f"\nresults: {os.path.join(trained, 'results.jsonl')}\nplot:    {png}")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 def _suite_part(root: str, curve: list[dict]) -> int:
     """The shipped suite on the run's first and final checkpoints, compared cell by cell on the same episodes."""
     from simeval import launch
-    from simeval.launch import report
+    from simeval.report import cli
 
     suite = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "suites", "halfcheetah-robustness.yaml")
     suite = os.path.relpath(os.path.normpath(suite))
@@ -87,8 +87,8 @@ def _suite_part(root: str, curve: list[dict]) -> int:
             return 1
     html = os.path.join(root, "compare.html")
     args = ["compare", outs["first"], outs["final"], "--html", html]
-    print(f"\n$ python -m simeval.launch.report {' '.join(args)}", flush=True)
-    return report.main(args)
+    print(f"\n$ python -m simeval.report {' '.join(args)}", flush=True)
+    return cli.main(args)
 
 
 if __name__ == "__main__":

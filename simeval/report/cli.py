@@ -1,0 +1,124 @@
+"""``python -m simeval.report OUT [OUT2 ...]`` (eval curves and a table) and ``... compare RUN_A RUN_B``.
+
+The first plots mean eval return against training step with its 95% bootstrap band,
+one line per run directory, and prints every evaluation as a table. ``--reference
+DIR`` draws a run's last evaluation as a horizontal line with its band across the plot
+(a baseline: an untrained policy, another method). Each directory is labelled by the
+fewest trailing path parts that tell it from the others (``seed0/out``, ``seed1/out``).
+
+``compare RUN_A RUN_B`` compares two runs cell by cell instead
+(:mod:`simeval.report.comparison`: a table, ``--json``, ``--html FILE``); a run
+directory named ``compare`` is given as ``./compare``. ``python -m simeval.launch.report``
+and the ``simeval-report`` script run the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from simeval.records import ResultsFileError
+from simeval.report.comparison import CompareError, compare, json_rows
+from simeval.report.curves import plot, table
+from simeval.report.html import write_html
+from simeval.report.runs import labels, read_results
+from simeval.report.text import print_text
+
+PROG = "python -m simeval.report compare"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: message`` on stderr and exit 2."""
+        self.exit(2, f"simeval-report compare: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``python -m simeval.report compare``."""
+    parser = _Parser(prog=PROG, description="is B better than A, cell by cell and overall?")
+    parser.add_argument("run_a", metavar="RUN_A", help="the baseline: a results directory (simeval.launch --out)")
+    parser.add_argument("run_b", metavar="RUN_B", help="the candidate, said better or worse than A")
+    parser.add_argument("--step-a", type=int, help="compare A's evaluation at this step (default: each cell's highest)")
+    parser.add_argument("--step-b", type=int, help="compare B's evaluation at this step (default: each cell's highest)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
+    return parser
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    """``compare RUN_A RUN_B``: print the comparison (or ``--json``), write ``--html``; the exit code (2 on bad input).
+
+    Every error is one line on stderr (exit code 2): a directory without
+    results, a missing ``--step-a``/``--step-b``, cells whose episodes differ.
+    """
+    args = build_parser().parse_args(list(argv))
+    label_a, label_b = labels([args.run_a, args.run_b])
+    try:
+        rows_a, rows_b = read_results(args.run_a), read_results(args.run_b)
+        result = compare(
+            rows_a, rows_b, args.run_a, args.run_b, label_a, label_b, step_a=args.step_a, step_b=args.step_b
+        )
+    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, KeyError, CompareError) as exc:
+        message = f"a results line has no {exc}" if isinstance(exc, KeyError) else str(exc)
+        print(f"simeval-report compare: error: {message}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(json_rows(result), indent=2, allow_nan=False))
+    else:
+        print_text(result)
+    if args.html:
+        try:
+            path = write_html(result, args.html)
+        except OSError as exc:
+            print(f"simeval-report compare: error: --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"html: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and draw the plot for the command line ``argv``; the exit code (2 on bad input).
+
+    ``compare`` as the first argument runs :func:`compare_main` on the rest.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m simeval.report", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="results directories (simeval.launch --out)")
+    parser.add_argument("--output", help="PNG path (default: <first run>/eval_curve.png)")
+    parser.add_argument(
+        "--reference", action="append", default=[], help="a results directory drawn as a baseline (its last result)"
+    )
+    args = parser.parse_args(argv)
+    # One set of labels for runs and references: two different directories never share one.
+    named = labels([*args.runs, *args.reference])
+    run_names, reference_names = named[: len(args.runs)], named[len(args.runs) :]
+    try:
+        runs = {label: read_results(d) for label, d in zip(run_names, args.runs, strict=True)}
+        references = {}
+        for label, d in zip(reference_names, args.reference, strict=True):
+            rows = read_results(d)
+            if not rows:
+                print(f"simeval-report: error: --reference {d} has no successful evaluation.", file=sys.stderr)
+                return 2
+            references[f"{label} (reference)" if label in runs else label] = rows
+    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError) as exc:
+        print(f"simeval-report: error: {exc}", file=sys.stderr)
+        return 2
+    print(table({**runs, **references}))
+    last = {label: rows[-1] for label, rows in references.items()}
+    path = plot(runs, args.output or os.path.join(args.runs[0], "eval_curve.png"), last)
+    print(f"plot: {path}")
+    return 0
+
+
+def main_exit() -> None:
+    """Console-script entry point (``simeval-report``)."""
+    sys.exit(main())
