@@ -152,6 +152,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check simeval tests benchmarks examples tools
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_launcher_imports.py
+	$(PY) tools/check_imports_at_top.py
 	$(VENV)/bin/shellcheck --external-sources $(SHELL_SCRIPTS)
 	@tools/lane-time end lint
 

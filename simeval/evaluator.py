@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from simeval import backends, metrics
+from simeval.backends.ray import NAMESPACE, RayBackend
 from simeval.requests import Request, RequestQueue, check_busy_policy
 from simeval.round_timeout import Deadline, RoundClock, check_round_timeout
 from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key, exploration_name
@@ -401,8 +402,6 @@ def connect(
     The handle offers ``trigger_eval / poll / wait / pending / evaluate``;
     its ``shutdown()`` releases the handle and leaves the served actor running.
     """
-    from simeval.backends.ray import NAMESPACE, RayBackend
-
     check_busy_policy(busy_policy)
     backend = RayBackend.attach(name, namespace or NAMESPACE, start_timeout)
     info = backend.describe()

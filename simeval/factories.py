@@ -28,6 +28,9 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from simeval.checkpoints import formats
+from simeval.refs import canonical_ref, resolve_callable
+
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
@@ -44,8 +47,6 @@ class UnregisteredFactory(ValueError):
 
 def registered() -> dict[str, str]:
     """Every registered factory reference (``"module:function"``) -> who registered it (for messages and docs)."""
-    from simeval.checkpoints import formats
-
     out = {ref: "simeval" for ref in BUILTIN}
     for name, reader in formats.READERS.items():
         factory = getattr(reader, "FACTORY", None)
@@ -58,8 +59,6 @@ def registered() -> dict[str, str]:
 
 def is_registered(ref: str) -> bool:
     """Whether ``ref`` (old module names included) names a registered factory."""
-    from simeval.refs import canonical_ref
-
     return isinstance(ref, str) and canonical_ref(ref) in registered()
 
 
@@ -78,8 +77,6 @@ def resolve_factory(ref: str | Callable, *, trusted: bool = False) -> Callable:
         UnregisteredFactory: ``ref`` came from data (``trusted=False``) and is not registered; nothing was imported.
         ValueError: one line, where a trusted reference cannot be imported or names no callable.
     """
-    from simeval.refs import canonical_ref, resolve_callable
-
     if callable(ref):
         if not trusted:
             raise UnregisteredFactory("a policy factory read from data is a 'module:function' reference.")
@@ -316,8 +313,6 @@ def _entry_points() -> list[Any]:
 
 def _plain_ref(value: str) -> str:
     """An entry point's ``module:attr`` without extras (``[...]``) or spaces, under its current module name."""
-    from simeval.refs import canonical_ref
-
     return canonical_ref(value.split("[", 1)[0].strip().replace(" ", ""))
 
 

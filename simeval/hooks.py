@@ -14,6 +14,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from simeval.envs import isaaclab as isaaclab_env
+from simeval.refs import resolve_callable
+
 _APP: Any = None  # the simulation app, kept alive for the life of the process
 
 
@@ -34,8 +37,6 @@ def worker_init(user_init: str | None = None, cuda_visible: str | None = None, *
     if cuda_visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible
     if user_init:
-        from simeval.refs import resolve_callable
-
         call_hook(resolve_callable(user_init, "--init-fn"), **available)
 
 
@@ -70,7 +71,6 @@ def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, de
         args.enable_cameras = True
     if device is not None:
         args.device = device
-    from simeval.envs import isaaclab as isaaclab_env  # light: no torch
 
     isaaclab_env.remember_launcher_args(vars(args))
     global _APP

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from simeval.backends.base import BackendOptions, WorkerRecipe
+from simeval.backends.ray import NAMESPACE, RayBackend
 from simeval.requests import Request, RequestQueue
 from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key
 
@@ -65,8 +66,6 @@ class RayEvalWorker:
         info_keys: Any = None,
         **remote_kwargs: Any,
     ) -> None:
-        from simeval.backends.ray import RayBackend
-
         start_timeout = float(remote_kwargs.pop("start_timeout", 120.0))
         key = as_key(reward_keys)
         settings = EvalSettings(
@@ -94,8 +93,6 @@ class RayEvalWorker:
         Its ``shutdown()`` kills the actor, as torchrl's does; ``reward_keys``
         must be those the worker was built with.
         """
-        from simeval.backends.ray import NAMESPACE, RayBackend
-
         backend = RayBackend.attach(name, NAMESPACE, start_timeout, kill_on_shutdown=True)
         built_with = tuple(backend.describe().get("reward_keys", ()))
         if built_with and built_with != as_key(reward_keys):

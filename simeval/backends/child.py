@@ -15,11 +15,12 @@ from __future__ import annotations
 import sys
 from multiprocessing.connection import Connection
 
+from simeval.backends.host import WorkerHost
+from simeval.backends.shm import SharedReader
+
 
 def serve(conn: Connection) -> None:
     """Start a worker from the parent's ``init`` message on ``conn``, then answer its rounds until ``close``."""
-    from simeval.backends.host import WorkerHost
-
     kind, setup = conn.recv()
     if kind != "init":
         raise RuntimeError(f"a worker's first message must be init, got {kind!r}")
@@ -29,7 +30,6 @@ def serve(conn: Connection) -> None:
         conn.send(("fatal", *host.fatal))
         return
     conn.send(("ready",))
-    from simeval.backends.shm import SharedReader
 
     reader = SharedReader()
     try:

@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from simeval.backends.base import WorkerRecipe
+from simeval.refs import resolve_callable
 
 
 def make_setup(recipe: WorkerRecipe) -> dict[str, Any]:
@@ -52,7 +53,6 @@ def run_init_fn(init_fn: str | bytes | None) -> None:
         import cloudpickle  # noqa: F401  (cloudpickle's loader is plain pickle)
 
         init_fn = pickle.loads(init_fn)  # noqa: S301 - the parent process's own pickle, over its private pipe
-    from simeval.refs import resolve_callable
 
     resolve_callable(init_fn, "init_fn")()
 

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from simeval.backends.ray_actor import EvalActor
+
 NAMESPACE = "simeval"
 # Set on an autoscaling cluster, where GPUs not yet in the cluster will be added on demand.
 AUTOSCALING_ENV = "SIMEVAL_RAY_AUTOSCALING"
@@ -149,7 +151,6 @@ class Slots:
         """Give ``slot`` an actor if it has none (a borrowed slot cannot get one: the caller checks)."""
         if slot.actor is not None or slot.setup is None:
             return
-        from simeval.backends.ray_actor import EvalActor
 
         kwargs = dict(self.ray_kwargs)
         options = {k: kwargs.pop(k) for k in ("name", "namespace", "lifetime") if k in kwargs}

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
+from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete, is_env_instance
 from simeval.errors import Cancelled, EvalError
 from simeval.settings import RoundOverrides
 from simeval.weights import LocalStaging
@@ -55,8 +55,6 @@ class ThreadBackend(Backend):
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
         """A worker for ``recipe`` on a thread of this process (env and policy as given, or built by the factories)."""
-        from simeval.backends.base import is_env_instance
-
         env, policy = recipe.env, recipe.policy
         if is_env_instance(env) or policy is not None:
             if not is_env_instance(env) and callable(env):

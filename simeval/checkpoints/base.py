@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simeval.envs import OBS_NORM_ID
+
 if TYPE_CHECKING:
     from tensordict import TensorDict, TensorDictBase
 
@@ -54,8 +56,6 @@ class Checkpoint:
     @property
     def weights_dict(self) -> dict[str, Any]:
         """The ``weights_dict`` for Evaluator (policy weights, plus make_env's VecNorm statistics)."""
-        from simeval.envs import OBS_NORM_ID
-
         out = {"policy": self.policy}
         if self.obs_norm is not None:
             out[OBS_NORM_ID] = self.obs_norm

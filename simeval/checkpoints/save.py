@@ -10,7 +10,9 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from simeval.atomic import write_atomically
 from simeval.checkpoints.base import FORMAT, flatten
+from simeval.policies import factory_of
 
 if TYPE_CHECKING:
     from tensordict import TensorDictBase
@@ -36,7 +38,6 @@ def save_checkpoint(
     """
     import torch
 
-    from simeval.policies import factory_of
     from simeval.weights import as_weights
 
     if policy_factory is None and factory_of(policy) is not None:
@@ -56,6 +57,5 @@ def save_checkpoint(
         "policy_factory": policy_factory,
         "policy_kwargs": policy_kwargs,
     }
-    from simeval.atomic import write_atomically
 
     return write_atomically(path, lambda f: torch.save(payload, f))

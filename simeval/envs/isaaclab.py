@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs.cfg_overrides import apply_cfg_overrides
+from simeval.envs.layout import append_layout
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
@@ -190,8 +191,6 @@ def _wrap(
 
     from torchrl.envs import RenameTransform, TransformedEnv
     from torchrl.envs.libs.isaac_lab import IsaacLabWrapper
-
-    from simeval.envs.layout import append_layout
 
     # A TransformedEnv whose transform is torchrl's VecGymEnvTransform (auto-reset bookkeeping), with
     # _torchrl_native_autoreset set, which every TransformedEnv around it copies.

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs.cfg_overrides import apply_cfg_overrides
+from simeval.envs.layout import append_layout
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
@@ -153,7 +154,6 @@ def _wrap(base: Any, obs_norm: bool, condition: Condition | None) -> Transformed
     """mjlab's env ``base`` under MjlabLogWrapper (and ``condition``), then make_env's transform layout."""
     from torchrl.envs import ExcludeTransform, RenameTransform, TransformedEnv
 
-    from simeval.envs.layout import append_layout
     from simeval.envs.mjlab_log import MjlabLogWrapper
 
     wrapper = MjlabLogWrapper(base)

@@ -20,6 +20,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simeval.checkpoints import CheckpointError, load_checkpoint
+from simeval.checkpoints.formats import onnx as onnx_format
+from simeval.envs import OBS_NORM_ID, check_env, make_env
+from simeval.factories import build_policy, is_registered, refusal, weights_bound
+from simeval.policies import DEFAULT_FACTORY
+
 if TYPE_CHECKING:
     import torch
     from torchrl.envs.transforms import VecNormV2
@@ -88,8 +94,6 @@ def export_checkpoint(
     ``policy`` (``"module:function"``, trusted: the command line's ``--policy``) builds the policy instead of the
     factory the checkpoint names, which is used only when it is registered (:mod:`simeval.factories`).
     """
-    from simeval.checkpoints import CheckpointError, load_checkpoint
-
     if to not in TARGETS:
         raise CheckpointError(f"unknown export target {to!r}: choose onnx or torchscript.")
     path = os.fspath(checkpoint)
@@ -100,13 +104,11 @@ def export_checkpoint(
     out = os.fspath(out) if out is not None else default_out(path, to)
     if os.path.exists(out) and os.path.samefile(out, path):
         raise CheckpointError(f"{path}: --out is the checkpoint itself; choose another file.")
-    from simeval.envs import check_env
 
     check_env(env_name)
     module, policy, vecnorm, obs_dim, act_dim, how = _build(ck, env_name, policy)
     import torch
 
-    from simeval.checkpoints.formats import onnx as onnx_format
     from simeval.export.writers import WRITERS, atomic_write
 
     metadata = {
@@ -141,8 +143,6 @@ def export_checkpoint(
 
 
 def _env_name(ck: Checkpoint, env: str | None) -> str:
-    from simeval.checkpoints import CheckpointError
-
     if ck.env and env and env != ck.env:
         raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {env}.")
     name = ck.env or env
@@ -166,8 +166,6 @@ def _build(ck: Checkpoint, env_name: str, factory: str | None = None) -> _Built:
 
 
 def _build_quietly(ck: Checkpoint, env_name: str, factory: str | None) -> _Built:
-    from simeval.checkpoints import CheckpointError
-    from simeval.envs import OBS_NORM_ID, make_env
     from simeval.export.actor import Exported, Normalise, deterministic_actor
     from simeval.weights import load_weights, resolve_model
 
@@ -198,10 +196,6 @@ def _build_quietly(ck: Checkpoint, env_name: str, factory: str | None) -> _Built
 def _policy(ck: Checkpoint, env: Any, factory: str | None) -> Any:
     """The checkpoint's policy for ``env``: built by ``factory`` (trusted: the command line), else by the
     checkpoint's own factory, which must be registered."""
-    from simeval.checkpoints import CheckpointError
-    from simeval.factories import build_policy, is_registered, refusal, weights_bound
-    from simeval.policies import DEFAULT_FACTORY
-
     own = ck.policy_factory or DEFAULT_FACTORY
     if not factory and not is_registered(own):
         raise CheckpointError(refusal(ck.path, own))

@@ -10,6 +10,8 @@ import argparse
 import sys
 import traceback
 
+from simeval.export import TARGETS, export_checkpoint
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit code 2, no usage wall
@@ -18,8 +20,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m simeval.export``."""
-    from simeval.export import TARGETS
-
     p = _Parser(
         prog="python -m simeval.export",
         description="Write a checkpoint's deterministic actor (observation -> action, normaliser folded in) "
@@ -45,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
-        from simeval.export import export_checkpoint
 
         result = export_checkpoint(
             args.checkpoint, args.to, out=args.out, env=args.env, format=args.format, policy=args.policy

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
+from simeval.atomic import write_atomically
+
 INPUT, OUTPUT = "obs", "actions"  # rsl_rl's exporter's names (Isaac Lab's policy.onnx)
 OPSET = 18
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -69,8 +71,6 @@ WRITERS = {"onnx": to_onnx, "torchscript": to_torchscript}
 
 def atomic_write(path: str, data: bytes) -> None:
     """``data`` into ``path``, whole or not at all (simeval.atomic)."""
-    from simeval.atomic import write_atomically
-
     write_atomically(path, lambda f: f.write(data))
 
 

@@ -6,6 +6,10 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import simeval
+from simeval.envs import make_env
+from simeval.factories import build_policy
+
 # Round metrics written to a training library's log writer, under "Eval/".
 WRITER_METRICS = ("reward", "episode_length", "success_rate", "terminated_fraction")
 
@@ -40,9 +44,6 @@ class Rounds:
     def start(self, ck: Checkpoint, step: int) -> None:
         """Queue a round on the snapshot ``ck``, recorded as ``step``."""
         if self.evaluator is None:
-            import simeval
-            from simeval.factories import build_policy
-
             self.evaluator = simeval.Evaluator(
                 self.env_maker,
                 policy_factory=functools.partial(build_policy, ck.policy_factory, ck.policy_kwargs),
@@ -88,8 +89,6 @@ def training_rounds(
     """The Rounds of an integration: ``make_env(env)`` without VecNorm (the training libraries fold theirs into
     the actor), one episode per sub-env by default, per-episode lists kept, results appended to ``results_path``;
     ``evaluator_kwargs`` last (they win)."""
-    from simeval.envs import make_env
-
     env_maker = functools.partial(
         make_env, env, num_envs=num_envs or episodes, max_steps=max_steps, device=device, obs_norm=False
     )

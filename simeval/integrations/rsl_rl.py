@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from simeval.checkpoints.formats import rsl_rl
 from simeval.integrations.rounds import Rounds, training_rounds, write_scalars
 
 
@@ -65,8 +66,6 @@ class RslRlEvaluation:
 
     def _snapshot(self, it: int) -> Any:
         """simeval's reading of what ``runner.save`` would write now (CPU copies)."""
-        from simeval.checkpoints.formats import rsl_rl
-
         state = self.runner.alg.save()["actor_state_dict"]
         data = {"actor_state_dict": {k: v.detach().to("cpu", copy=True) for k, v in state.items()}, "iter": it}
         return rsl_rl.read_saved(data, dict(self.runner.cfg), f"the rsl_rl actor at iteration {it}")

@@ -34,6 +34,8 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, EventCallback
 
 from simeval.atomic import write_atomically
+from simeval.checkpoints.formats import sb3
+from simeval.envs import make_env
 from simeval.integrations.rounds import Rounds
 
 if TYPE_CHECKING:
@@ -141,8 +143,6 @@ class EvalCallback(EventCallback):
 
     def _snapshot(self) -> tuple[bytes, dict | None, Checkpoint]:
         """The model as ``model.save`` writes it now, its VecNormalize statistics, and simeval's reading of both."""
-        from simeval.checkpoints.formats import sb3
-
         buffer = io.BytesIO()
         self.model.save(buffer)
         raw = buffer.getvalue()
@@ -211,8 +211,6 @@ def _vecnormalize_stats(vec_normalize: Any) -> dict | None:
 
 def _env_maker(eval_env: Any, num_envs: int, max_steps: int | None) -> Any:
     """A picklable ``make_env`` call for ``eval_env`` (an id, a gymnasium env or VecEnv, or a callable)."""
-    from simeval.envs import make_env
-
     if isinstance(eval_env, str):
         name = eval_env
     elif callable(eval_env) and not hasattr(eval_env, "step"):

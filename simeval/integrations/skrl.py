@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from simeval.checkpoints.formats import skrl
 from simeval.integrations.rounds import Rounds, training_rounds, write_scalars
 
 
@@ -58,8 +59,6 @@ class SkrlEvaluation:
 
     def _snapshot(self, timestep: int) -> Any:
         """simeval's reading of what ``agent.write_checkpoint`` would save now (CPU copies)."""
-        from simeval.checkpoints.formats import skrl
-
         data = {}
         for name, module in self.agent.checkpoint_modules.items():
             state = module.state_dict() if hasattr(module, "state_dict") else module

@@ -22,6 +22,10 @@ import sys
 import time
 import traceback
 
+from simeval.checkpoints.shipped import SHIPPED_RUN
+from simeval.hooks import call_hook
+from simeval.refs import resolve_callable
+
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -45,13 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.source is None:
             if parsed.config_path:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
-            from simeval.checkpoints.shipped import SHIPPED_RUN
 
             cfg.watch = SHIPPED_RUN  # embedded default: every checkpoint of the shipped training run
         if cfg.init_fn and cfg.backend == "thread":
             # The env lives in this process: the hook (e.g. AppLauncher) runs here, before torch.
-            from simeval.hooks import call_hook
-            from simeval.refs import resolve_callable
 
             call_hook(resolve_callable(cfg.init_fn, "--init-fn"), argv=parsed.extra, video=cfg.video, device=cfg.device)
         from simeval.launch.app import run

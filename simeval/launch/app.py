@@ -17,9 +17,16 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from simeval.checkpoints import load_checkpoint
+from simeval.envs import check_env
 from simeval.launch.cli import Parsed
+from simeval.launch.config import ConfigError
 from simeval.launch.plan import plan_for
+from simeval.launch.results import ResultsLog, failures_line, resume_from
 from simeval.launch.session import Session, install_stop_handlers
+from simeval.launch.sources import One, Watcher, check_watch_dir
+from simeval.launch.suite_run import run_suite
+from simeval.launch.sweep import Sweep, reached
 
 if TYPE_CHECKING:
     from simeval.launch.results import ResultsLog
@@ -27,12 +34,6 @@ if TYPE_CHECKING:
 
 def run(parsed: Parsed, out: str) -> int:
     """Run the mode the config asks for; every result goes to OUT/results.jsonl."""
-    from simeval.envs import check_env
-    from simeval.launch.config import ConfigError
-    from simeval.launch.results import ResultsLog
-    from simeval.launch.sources import One, check_watch_dir
-    from simeval.launch.sweep import Sweep
-
     cfg = parsed.cfg
     stop = threading.Event()
     install_stop_handlers(stop)
@@ -46,16 +47,12 @@ def run(parsed: Parsed, out: str) -> int:
     log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
     print(f"results: {log.path}", flush=True)
     if cfg.suite:
-        from simeval.launch.suite_run import run_suite
-
         return run_suite(parsed, out, log, stop)
     session = Session(parsed, out, stop)
     try:
         if cfg.source == "serve":
             return serve(session)
         if cfg.source == "checkpoint":
-            from simeval.checkpoints import load_checkpoint
-
             source = One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
             return Sweep(session, log, keep_going=False).run(source)
         return run_watch(session, log)
@@ -70,10 +67,6 @@ def run_watch(session: Session, log: ResultsLog) -> int:
     (``retry: "--retry-failed"``, unless that flag is given), and it is skipped; else it is evaluated again.
     The plan of the newest ok line is held, so a resume evaluates what the run evaluated.
     """
-    from simeval.launch.results import failures_line, resume_from
-    from simeval.launch.sources import Watcher
-    from simeval.launch.sweep import Sweep, reached
-
     cfg = session.cfg
     records = list(log.records())
     resume = resume_from(records, lambda r: r.get("checkpoint_name"), cfg.retry_failed)

@@ -10,7 +10,10 @@ import functools
 import os
 from typing import TYPE_CHECKING, Any
 
+from simeval import Evaluator
+from simeval.envs import make_env
 from simeval.factories import build_policy
+from simeval.hooks import worker_init
 from simeval.launch.config import LaunchConfig
 from simeval.launch.plan import EvalPlan
 from simeval.launch.sources import checkpoint_name
@@ -49,8 +52,6 @@ def build_env(
 
     The recorder is added when ``video_dir`` is set.
     """
-    from simeval.envs import make_env
-
     if name.startswith(("isaaclab:", "mjlab:")):  # no MuJoCo rendering or env backend there
         return make_env(
             name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, condition=condition
@@ -91,8 +92,6 @@ def make_evaluator(
     cuda_visible, device = placement(cfg.device, cfg.backend)
     init_fn = None
     if cfg.backend != "thread" and (cfg.init_fn or cuda_visible):
-        from simeval.hooks import worker_init
-
         init_fn = functools.partial(
             worker_init, user_init=cfg.init_fn, cuda_visible=cuda_visible, argv=extra, video=cfg.video, device=device
         )
@@ -103,7 +102,6 @@ def make_evaluator(
         # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
         # intra-op thread, leaving the cores to the batched simulator's own threads.
         torch.set_num_threads(1)
-    from simeval import Evaluator
 
     return Evaluator(
         functools.partial(

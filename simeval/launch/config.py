@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
+from simeval.checkpoints.bounds import parse_size
 from simeval.checkpoints.formats import names as _format_names
 from simeval.envs import ENV_BACKENDS  # the built-in simulators of gymnasium ids: native, gymnasium, warp
 from simeval.envs.simulators import env_backends, env_id_forms
+from simeval.yaml_files import YamlError, read_yaml
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
@@ -212,8 +214,6 @@ class LaunchConfig:
     @property
     def max_checkpoint_bytes(self) -> int:
         """``--max-checkpoint-size`` in bytes; ConfigError for a size it cannot read."""
-        from simeval.checkpoints.bounds import parse_size
-
         try:
             return parse_size(self.max_checkpoint_size)
         except ValueError as exc:
@@ -287,8 +287,6 @@ def _check_kind(name: str, value: Any, where: str) -> None:
 
 def load_yaml(path: str) -> dict[str, Any]:
     """The settings in the YAML profile at ``path`` (field -> value); ConfigError if unreadable or unknown."""
-    from simeval.yaml_files import YamlError, read_yaml
-
     try:
         data = read_yaml(path) or {}
     except OSError as exc:

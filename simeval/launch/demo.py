@@ -17,13 +17,15 @@ import os
 import sys
 import time
 
+from simeval import launch, load_checkpoint, save_checkpoint
+from simeval.checkpoints.shipped import shipped_checkpoint
+from simeval.envs import make_env
+from simeval.policies import gaussian_actor
+from simeval.report import cli, curves, runs
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo (``argv`` is not used): the eval curve, the reference rows, the plot; 0, or 1 if a run failed."""
-    from simeval import launch
-    from simeval.checkpoints.shipped import shipped_checkpoint
-    from simeval.report import curves, runs
-
     root = os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
     trained = os.path.join(root, "trained")
     print("$ python -m simeval.launch --out", trained, flush=True)
@@ -32,10 +34,6 @@ def main(argv: list[str] | None = None) -> int:
 
     # An untrained actor of the same architecture.
     import torch
-
-    from simeval import load_checkpoint, save_checkpoint
-    from simeval.envs import make_env
-    from simeval.policies import gaussian_actor
 
     final = shipped_checkpoint()
     shipped = load_checkpoint(final)
@@ -73,9 +71,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _suite_part(root: str, curve: list[dict]) -> int:
     """The shipped suite on the run's first and final checkpoints, compared cell by cell on the same episodes."""
-    from simeval import launch
-    from simeval.report import cli
-
     suite = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "suites", "halfcheetah-robustness.yaml")
     suite = os.path.relpath(os.path.normpath(suite))
     outs = {}

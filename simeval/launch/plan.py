@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from simeval.checkpoints import CheckpointError
 from simeval.envs.simulators import env_id_forms
+from simeval.factories import is_registered, refusal, weights_bound
 from simeval.launch.config import LaunchConfig
+from simeval.policies import DEFAULT_FACTORY
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -39,10 +42,6 @@ class EvalPlan:
 
 def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None) -> EvalPlan:
     """The plan for checkpoint ``ck`` (or, for --serve, for the config alone)."""
-    from simeval.checkpoints import CheckpointError
-    from simeval.factories import is_registered, refusal, weights_bound
-    from simeval.policies import DEFAULT_FACTORY
-
     env = cfg.env
     if ck is not None and not ck.env and ck.meta.get("format", "simeval") != "simeval" and "env" not in explicit:
         raise CheckpointError(

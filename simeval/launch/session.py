@@ -24,9 +24,15 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from simeval.backends.ray_slots import check_capacity, ensure_ray
+from simeval.checkpoints import CheckpointError
+from simeval.envs import check_env
+from simeval.errors import EvalError, WorkerLost
 from simeval.launch.build import checkpoint_fields, make_evaluator, record_context
 from simeval.launch.cli import Parsed
+from simeval.launch.config import ConfigError
 from simeval.launch.plan import EvalPlan, plan_for
+from simeval.records import make_record
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -110,9 +116,6 @@ class Session:
 
     def _build(self, plan: EvalPlan) -> None:
         """Build every evaluator for ``plan``; on any failure shut down those built and keep none."""
-        from simeval.envs import check_env
-        from simeval.launch.config import ConfigError
-
         cfg = self.cfg
         try:
             env_backend = check_env(plan.env, cfg.env_backend)
@@ -122,8 +125,6 @@ class Session:
         built: list = []
         try:
             if cfg.backend == "ray":
-                from simeval.backends.ray_slots import check_capacity, ensure_ray
-
                 check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
             for _ in range(self.slots):  # all at once, so that K Ray workers start side by side
                 built.append(make_evaluator(cfg, plan, self.parsed.extra, self.out, env_backend, num_workers=split))
@@ -145,8 +146,6 @@ class Session:
             PlanError, PlanBusy: see :meth:`evaluator_for`; PlanError also where ``--env`` contradicts ``ck``.
             CheckpointError: ``ck`` names what cannot be evaluated (an unregistered policy factory, ...).
         """
-        from simeval.checkpoints import CheckpointError
-
         try:
             plan = plan_for(self.cfg, self.parsed.explicit, ck)
         except CheckpointError as exc:
@@ -177,8 +176,6 @@ class Session:
 
     def record_of(self, ck: Checkpoint, result: dict, seconds: float) -> dict:
         """The results.jsonl record of ``ck``'s evaluation ``result``, which took ``seconds``."""
-        from simeval.records import make_record
-
         return make_record(
             result,
             **checkpoint_fields(ck, self.cfg.watch),
@@ -214,8 +211,6 @@ def error_kind(exc: BaseException) -> str:
     raised (a policy that cannot be built, weights that do not fit); ``checkpoint``
     for what was refused or failed before any worker saw it.
     """
-    from simeval.errors import EvalError, WorkerLost
-
     if isinstance(exc, PlanError):
         return "plan"
     if isinstance(exc, WorkerLost):

@@ -34,8 +34,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from simeval.checkpoints import Checkpoint, CheckpointError, load_checkpoint, peek_step
+from simeval.checkpoints import Checkpoint, CheckpointError, formats, load_checkpoint, peek_step
 from simeval.checkpoints.bounds import DEFAULT_MAX_BYTES
+from simeval.launch.config import ConfigError
 
 DONE_FILE = "DONE"
 SETTLE_SECONDS = 10.0
@@ -81,8 +82,6 @@ def checkpoint_name(path: str, watch_dir: str | None) -> str:
 
 def check_watch_dir(directory: str) -> None:
     """``--watch DIR`` must be an existing directory: a typo fails at once, in one line, never waits."""
-    from simeval.launch.config import ConfigError
-
     if os.path.isdir(directory):
         return
     if os.path.exists(directory):
@@ -173,8 +172,6 @@ class Watcher:
 
         Temporary files of atomic writes start with '.'.
         """
-        from simeval.checkpoints import formats
-
         patterns = formats.module(self.format).WATCH if self.format else formats.watch_patterns()
         found = {}
         root = glob.escape(self.directory)

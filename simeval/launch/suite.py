@@ -31,8 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.conditions import Condition
+from simeval.envs import task_config
+from simeval.envs.cfg_overrides import apply_cfg_overrides
 from simeval.envs.simulators import check_condition, env_id_forms
 from simeval.launch.config import ConfigError
+from simeval.yaml_files import YamlError, read_yaml
 
 _TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "tasks")
 _TASK = ("env", "conditions", "reference", "episodes", "seed", "num_envs", "max_steps")
@@ -97,8 +100,6 @@ class Suite:
 
 def load_suite(path: str) -> Suite:
     """Read and check a suite file; ConfigError (one line naming the file and the field) when it is wrong."""
-    from simeval.yaml_files import YamlError, read_yaml
-
     try:
         data = read_yaml(path)
     except FileNotFoundError:
@@ -155,9 +156,6 @@ def _check_cfg_overrides(task: SuiteTask, where: str) -> None:
     Sim's app has not started), the worker checks them before it builds the env.
     """
     import copy
-
-    from simeval.envs import task_config
-    from simeval.envs.cfg_overrides import apply_cfg_overrides
 
     overriding = {name: c.cfg for name, c in task.conditions.items() if c.cfg}
     if not overriding:

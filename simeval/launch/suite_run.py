@@ -27,11 +27,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simeval.backends.ray_slots import check_capacity, ensure_ray
+from simeval.checkpoints import load_checkpoint
+from simeval.envs import check_env
+from simeval.errors import EvalError
 from simeval.launch.build import checkpoint_fields, make_evaluator, record_context
 from simeval.launch.cli import Parsed
+from simeval.launch.config import ConfigError
 from simeval.launch.plan import plan_for
-from simeval.launch.sources import checkpoint_name
-from simeval.launch.suite import Cell, Suite
+from simeval.launch.results import failures_line, resume_from
+from simeval.launch.session import error_kind
+from simeval.launch.sources import One, Unreadable, Watcher, check_watch_dir, checkpoint_name
+from simeval.launch.suite import Cell, Suite, check_conditions, load_suite
+from simeval.launch.sweep import reached
+from simeval.records import failed_record, make_record
 
 if TYPE_CHECKING:
     import threading
@@ -74,9 +83,6 @@ class SuiteRun:
 
     def _resume(self) -> None:
         """What results.jsonl holds of this suite, newest line first: done cells, unreadable files, --until-step."""
-        from simeval.launch.results import resume_from
-        from simeval.launch.sweep import reached
-
         retry = self.cfg.retry_failed
         lines = [r for r in self.log.records() if r.get("suite") == self.suite.name and "checkpoint_name" in r]
         cells = resume_from(
@@ -97,8 +103,6 @@ class SuiteRun:
 
     def _say_resume(self) -> None:
         """The resume's lines: the cells already done, and the failures it retries or leaves."""
-        from simeval.launch.results import failures_line
-
         if self.done:
             print(f"resuming: {len(self.done)} cell evaluation(s) already in {self.log.path}", flush=True)
         cells, files = self._nouns
@@ -135,8 +139,6 @@ class SuiteRun:
 
     def _take(self, source: CheckpointSource) -> None:
         """Queue the cells still to do of every checkpoint the source has now (up to --until-step's)."""
-        from simeval.launch.sources import Unreadable
-
         until = self.cfg.until_step
         while True:
             ck = source.take()
@@ -180,9 +182,6 @@ class SuiteRun:
                 self._record_cell_failure(job, exc)
 
     def _start(self, slot: _Slot, job: _Job) -> None:
-        from simeval.envs import check_env
-        from simeval.launch.config import ConfigError
-
         cfg = self._cell_config(job.cell)
         plan = plan_for(cfg, self.parsed.explicit | {"env"}, job.ck)
         if slot.cell is None or slot.cell.key != job.cell.key or slot.plan != plan:  # another cell, or policy
@@ -210,8 +209,6 @@ class SuiteRun:
         )
 
     def _collect(self) -> None:
-        from simeval.errors import EvalError
-
         for slot in self.slots:
             if slot.job is None:
                 continue
@@ -228,8 +225,6 @@ class SuiteRun:
 
     # -- records --------------------------------------------------------------
     def _record(self, job: _Job, result: dict, seconds: float, slot: _Slot) -> None:
-        from simeval.records import make_record
-
         fields = checkpoint_fields(job.ck, self.cfg.watch)
         name = fields["checkpoint_name"]
         record = make_record(
@@ -248,10 +243,6 @@ class SuiteRun:
         print(f"{name} {job.cell.task.env} / {job.cell.condition_name}: {m['reward']:.1f}{band}", flush=True)
 
     def _record_cell_failure(self, job: _Job, exc: BaseException) -> None:
-        from simeval.launch.config import ConfigError
-        from simeval.launch.session import error_kind
-        from simeval.records import failed_record
-
         if isinstance(exc, ConfigError):
             raise exc  # the run's settings: no cell of this kind could be evaluated
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -263,8 +254,6 @@ class SuiteRun:
         self.done.add((name, *job.cell.key))
 
     def _record_failure(self, path: str, message: str, step: int | None) -> None:
-        from simeval.records import failed_record
-
         name = checkpoint_name(path, self.cfg.watch)
         print(f"checkpoint {name} failed: {message}", flush=True)
         record = failed_record(path, message, step, name, "checkpoint")
@@ -279,16 +268,11 @@ class SuiteRun:
 
 def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) -> int:
     """``--suite FILE`` with ``--checkpoint`` or ``--watch``: load the suite, then :class:`SuiteRun`."""
-    from simeval.launch.config import ConfigError
-    from simeval.launch.sources import One, Watcher, check_watch_dir
-    from simeval.launch.suite import check_conditions, load_suite
-
     cfg = parsed.cfg
     clash = [f"--{k.replace('_', '-')}" for k in SUITE_SETTINGS if k in parsed.explicit]
     if clash:
         raise ConfigError(f"--suite {cfg.suite} sets {', '.join(clash)} per task: leave them out (or edit the file).")
     suite = load_suite(cfg.suite)
-    from simeval.envs import check_env
 
     for i, task in enumerate(suite.tasks):
         try:
@@ -297,15 +281,11 @@ def run_suite(parsed: Parsed, out: str, log: ResultsLog, stop: threading.Event) 
         except ValueError as exc:
             raise ConfigError(f"{cfg.suite}: task {task.env}: {exc}") from None
     if cfg.backend == "ray":
-        from simeval.backends.ray_slots import check_capacity, ensure_ray
-
         check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
     run = SuiteRun(parsed, suite, out, log, stop)
     cells = len(suite.cells())
     print(f"suite {suite.name}: {len(suite.tasks)} task(s), {cells} cell(s)", flush=True)
     if cfg.source == "checkpoint":
-        from simeval.checkpoints import load_checkpoint
-
         source = One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
     else:
         check_watch_dir(cfg.watch)

@@ -23,6 +23,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simeval.checkpoints import CheckpointError
+from simeval.errors import EvalError
+from simeval.launch.config import ConfigError
+from simeval.launch.session import PlanBusy, error_kind
+from simeval.launch.sources import Unreadable, checkpoint_name
+from simeval.records import failed_record
+
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
     from simeval.launch.results import ResultsLog
@@ -86,8 +93,6 @@ class Sweep:
 
     def _dispatch(self, source: CheckpointSource) -> bool:
         """Start checkpoints on idle evaluators; True once the run is closed by --until-step."""
-        from simeval.launch.sources import Unreadable
-
         while self.idle:
             ck, self.waiting = self.waiting or source.take(), None
             if ck is None:
@@ -105,10 +110,6 @@ class Sweep:
 
     def _start(self, ck: Checkpoint) -> bool:
         """Start ``ck`` on the first idle evaluator, or record why it cannot be; False when it must wait."""
-        from simeval.launch.config import ConfigError
-        from simeval.launch.session import PlanBusy
-        from simeval.launch.sources import checkpoint_name
-
         index = self.idle[0]
         name = checkpoint_name(ck.path, self.cfg.watch)
         try:
@@ -129,8 +130,6 @@ class Sweep:
 
     def _collect(self) -> bool:
         """Record every finished evaluation; True if an evaluator became idle."""
-        from simeval.errors import EvalError
-
         freed = False
         for index, run in list(self.running.items()):
             try:
@@ -161,9 +160,6 @@ class Sweep:
             self.log.publish(self.held.pop(0))
 
     def _failed(self, ck: Checkpoint, exc: BaseException) -> None:
-        from simeval.checkpoints import CheckpointError
-        from simeval.launch.session import error_kind
-
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if not self.keep_going:
             if ck.path in message:
@@ -172,9 +168,6 @@ class Sweep:
         self._fail(ck.path, message, ck.step, error_kind(exc))
 
     def _fail(self, path: str, message: str, step: int | None, kind: str) -> None:
-        from simeval.launch.sources import checkpoint_name
-        from simeval.records import failed_record
-
         name = checkpoint_name(path, self.cfg.watch)
         print(f"checkpoint {name} failed: {message}", flush=True)
         self.log.append(failed_record(path, message, step, name, kind))

@@ -23,6 +23,8 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from simeval import metrics
+from simeval.conditions import episode_seed, round_seed
+from simeval.records import append_record, make_record
 from simeval.settings import EvalSettings, RoundOverrides
 from simeval.shards import Shard, sub_env_seed
 from simeval.weights import load_weights, resolve_model
@@ -320,8 +322,6 @@ class EvalWorker:
 
     def _start_conditions(self, first: int) -> list:
         """Start the round on each condition layer (``Perturb``) of the env: episode seeds from the round's seed."""
-        from simeval.conditions import round_seed
-
         perturbs = [t for t in vecnorm.iter_transforms(self._rollout_env) if hasattr(t, "start_round")]
         self._round_seed = round_seed(self.settings.seed)
         for p in perturbs:
@@ -333,8 +333,6 @@ class EvalWorker:
 
         Episode ``k`` of global sub-env ``i`` has :func:`simeval.conditions.episode_seed` ``(seed, i, k)``.
         """
-        from simeval.conditions import episode_seed
-
         out: dict[str, Any] = {}
         positions = [(first + i, k) for i, k in zip(episodes.sub_envs, episodes.ordinals, strict=True)]
         if self.settings.seed is not None:
@@ -418,8 +416,6 @@ class EvalWorker:
         """Append the round's record to ``settings.results_path``, when there is one."""
         settings = self.settings
         if settings.results_path:
-            from simeval.records import append_record, make_record
-
             result = metrics.prefixed(raw, settings.log_prefix, keep_episodes=True)
             append_record(settings.results_path, make_record(result, settings.log_prefix, **settings.results_context))
 

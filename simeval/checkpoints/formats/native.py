@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simeval.refs import canonical_ref
+
 if TYPE_CHECKING:
     from simeval.checkpoints.base import Checkpoint
 
@@ -26,7 +28,6 @@ def step_of(path: str, data: Any) -> int:
 def read(path: str, raw: bytes | None, data: Any) -> Checkpoint:
     """The :class:`~simeval.checkpoints.Checkpoint` stored in ``data``."""
     from simeval.checkpoints.base import Checkpoint, unflatten
-    from simeval.refs import canonical_ref
 
     _check(path, data)
     return Checkpoint(

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simeval.policies import stamp
+
 if TYPE_CHECKING:
     from onnx import ModelProto
     from tensordict.nn import TensorDictModule
@@ -134,7 +136,6 @@ def actor(env: EnvBase) -> TensorDictModule:
     from tensordict.nn import TensorDictModule
 
     from simeval.checkpoints.formats.onnx_net import OnnxPolicy
-    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

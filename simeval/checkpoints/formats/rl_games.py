@@ -30,6 +30,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from simeval.policies import stamp
+
 if TYPE_CHECKING:
     import torch
     from tensordict.nn import TensorDictModule
@@ -206,7 +208,6 @@ def actor(
     from tensordict.nn import TensorDictModule
 
     from simeval.checkpoints.formats.rl_games_net import RlGamesActor
-    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

@@ -18,6 +18,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from simeval.policies import stamp
+
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictModule
     from torchrl.envs import EnvBase
@@ -144,7 +146,6 @@ def actor(
     from tensordict.nn import TensorDictModule
 
     from simeval.checkpoints.formats.rsl_rl_net import RslRlActor
-    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from simeval.checkpoints.formats.sb3_vecnormalize import CALLBACK_STEPS, error
 from simeval.checkpoints.formats.sb3_vecnormalize import find as find_vecnormalize
 from simeval.checkpoints.formats.sb3_vecnormalize import read as read_vecnormalize
+from simeval.policies import stamp
 
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictModule
@@ -174,7 +175,6 @@ def actor(
     from tensordict.nn import TensorDictModule
 
     from simeval.checkpoints.formats.sb3_net import SB3Actor
-    from simeval.policies import stamp
 
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec
     env_obs, env_act = env.observation_spec["observation"].shape[-1], spec.shape[-1]

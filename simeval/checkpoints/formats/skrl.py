@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from simeval.policies import stamp
+
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictModule
     from torchrl.envs import EnvBase
@@ -414,7 +416,6 @@ def actor(
     from tensordict.nn import TensorDictModule
 
     from simeval.checkpoints.formats.skrl_net import SkrlGaussianActor
-    from simeval.policies import stamp
 
     obs_dim = env.observation_spec["observation"].shape[-1]
     spec = env.full_action_spec_unbatched["action"] if hasattr(env, "full_action_spec_unbatched") else env.action_spec

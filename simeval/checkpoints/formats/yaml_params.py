@@ -12,6 +12,9 @@ import os
 
 import yaml
 
+from simeval.checkpoints.base import CheckpointError
+from simeval.yaml_files import read_yaml
+
 
 class _ParamsLoader(yaml.SafeLoader):
     pass
@@ -32,8 +35,6 @@ _ParamsLoader.add_multi_constructor("tag:yaml.org,2002:python/", _unknown)
 def load_params(path: str) -> dict:
     """The YAML mapping in ``path`` (plain data only, bounded: :func:`simeval.yaml_files.read_yaml`); ValueError
     naming the file if it is not one."""
-    from simeval.yaml_files import read_yaml
-
     data = read_yaml(path, _ParamsLoader)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of training parameters.")
@@ -56,8 +57,6 @@ def run_params(checkpoint: str, subdir: str | None = None) -> dict | None:
             try:
                 out = load_params(candidate)
             except (ValueError, OSError) as exc:  # a bomb, bad YAML, unreadable: one line naming both files
-                from simeval.checkpoints.base import CheckpointError
-
                 raise CheckpointError(f"{checkpoint}: {getattr(exc, 'strerror', None) or exc}") from None
             out["__path__"] = candidate
             return out

@@ -12,6 +12,7 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs.simulators.base import EnvRequest, Simulator
+from simeval.errors import EnvError
 
 if TYPE_CHECKING:
     from torchrl.envs import TransformedEnv
@@ -43,7 +44,6 @@ class IsaacLab(Simulator):
         if importlib.util.find_spec("isaacsim") is not None:
             return None
         from simeval.envs import isaaclab
-        from simeval.errors import EnvError
 
         try:
             return isaaclab.env_cfg(name.split(":", 1)[1])
