@@ -28,7 +28,7 @@ $(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
 endif
 PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
-.PHONY: demo test test-core test-core-main test-core-docker test-sims test-isaaclab test-mjlab isaaclab mjlab lint docs bench bench-native bench-isaaclab clean
+.PHONY: demo test test-lane-two test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab isaaclab mjlab lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	@tools/lane-time start venv
@@ -67,28 +67,41 @@ mjlab: $(MJLAB_STAMP)
 demo: $(STAMP)
 	$(PY) -m simeval.launch.demo
 
-# Two jobs at a time (make -j2). The core suite is two pytest sessions: the tests against a real Docker
-# engine (an image build: mostly waiting on downloads) and all the others; either runs beside the other
-# or beside the Isaac Lab venv build and tests/isaac_lab. The Slurm tests stay in the main session: their
-# jobs run `ray start --head` on this machine, which a Ray test beside them could otherwise join.
-# Progress lines interleave in the log; each session prints its own summary.
+# Two lanes at a time (make -j2), after the core venv is built (once, before either starts). Lane one: lint,
+# then the core pytest session (the longest job: it starts first). Lane two, one after the other: the docs,
+# the Isaac Lab venv and tests/isaac_lab, the Docker tests (an image build: mostly waiting on downloads), the
+# core's long slices (fuzzers, faults, soak: a session of their own), the mjlab venv and tests/mj_lab. The
+# Slurm tests stay in the core session: their jobs run `ray start --head` on this machine. Progress lines
+# interleave in the log; each session prints its own summary, and CI prints each lane's wall time.
 DOCKER_TESTS := tests/test_docker.py
+LONG_TESTS := tests/test_fuzz.py tests/test_faults.py tests/test_soak.py
 
-test:
-	$(MAKE) -j2 test-core test-sims
+test: $(STAMP)
+	$(MAKE) -j2 test-core-main test-lane-two
 
-# The simulators with venvs of their own, one after the other (beside the core suite).
+test-lane-two: $(STAMP)
+	$(MAKE) docs
+	$(MAKE) test-isaaclab
+	$(MAKE) test-core-docker
+	$(MAKE) test-core-long
+	$(MAKE) test-mjlab
+
+# The simulators with venvs of their own, one after the other.
 test-sims:
 	$(MAKE) test-isaaclab
 	$(MAKE) test-mjlab
 
-test-core: test-core-main test-core-docker
+test-core: test-core-main test-core-docker test-core-long
 
-test-core-main: $(STAMP) lint docs
-	tools/lane-time run core env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS)
+test-core-main: $(STAMP) lint
+	tools/lane-time run core env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS) \
+		$(addprefix --ignore=,$(LONG_TESTS))
 
-test-core-docker: $(STAMP) lint
+test-core-docker: $(STAMP)
 	tools/lane-time run docker env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCKER_TESTS)
+
+test-core-long: $(STAMP)
+	tools/lane-time run core-long env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(LONG_TESTS)
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
