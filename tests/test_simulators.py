@@ -77,14 +77,19 @@ class Pendulums(GymnasiumVector):
 '''
 
 
-def test_a_third_party_simulator_is_found_by_its_entry_point(tmp_path, monkeypatch):
-    (tmp_path / "pendulum_sim.py").write_text(textwrap.dedent(PLUGIN))
-    dist = tmp_path / "pendulum_sim-1.0.dist-info"
+def install_plugin(tmp_path, monkeypatch, module: str, source: str, entry: str) -> None:
+    """An installed distribution (module + dist-info with a ``simeval.simulators`` entry point) on sys.path."""
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+    dist = tmp_path / f"{module}-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pendulum-sim\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[simeval.simulators]\npendulums = pendulum_sim:Pendulums\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[simeval.simulators]\n{entry}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registered.cache_clear()
+
+
+def test_a_third_party_simulator_is_found_by_its_entry_point(tmp_path, monkeypatch):
+    install_plugin(tmp_path, monkeypatch, "pendulum_sim", PLUGIN, "pendulums = pendulum_sim:Pendulums")
     try:
         (plugin,) = [s for s in registered() if s.name == "pendulums"]
         assert simulator_for("Pendulum-v1") is not plugin  # not claimed by default: gymnasium still builds it
@@ -99,13 +104,8 @@ def test_a_third_party_simulator_is_found_by_its_entry_point(tmp_path, monkeypat
 
 
 def test_a_plugin_that_takes_a_built_in_name_is_one_line(tmp_path, monkeypatch):
-    (tmp_path / "clash_sim.py").write_text(PLUGIN.replace('name = "pendulums"', 'name = "native"'))
-    dist = tmp_path / "clash_sim-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: clash-sim\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[simeval.simulators]\nclash = clash_sim:Pendulums\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registered.cache_clear()
+    clash = PLUGIN.replace('name = "pendulums"', 'name = "native"')
+    install_plugin(tmp_path, monkeypatch, "clash_sim", clash, "clash = clash_sim:Pendulums")
     try:
         with pytest.raises(ValueError, match=r"^entry point clash = clash_sim:Pendulums .* takes the name or prefix"):
             registered()
