@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from simeval.envs import isaaclab as isaaclab_env
 from simeval.refs import resolve_callable
 
 _APP: Any = None  # the simulation app, kept alive for the life of the process
@@ -71,6 +70,8 @@ def isaaclab_app_launcher(argv: list[str] | None = None, video: bool = False, de
         args.enable_cameras = True
     if device is not None:
         args.device = device
+
+    from simeval.envs import isaaclab as isaaclab_env  # its config checks load NumPy: only in a worker
 
     isaaclab_env.remember_launcher_args(vars(args))
     global _APP

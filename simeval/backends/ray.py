@@ -31,8 +31,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from simeval import metrics, shards
-from simeval import shards as sharding
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
 from simeval.backends.host import make_setup
 from simeval.backends.ray_slots import (
@@ -132,6 +130,8 @@ class RayBackend(Backend):
         k = options.num_workers
         shards = None
         if k > 1:
+            from simeval import shards as sharding
+
             if recipe.settings.metrics_fn is not None:
                 raise ValueError(
                     "metrics_fn sees a round's trajectories in one place: use num_workers=1 with metrics_fn, or "
@@ -222,12 +222,16 @@ class RayBackend(Backend):
         if self._shards is None:
             raw = raws[0]
         else:
+            from simeval import shards
+
             raw = shards.merge(raws, self._info_keys)
             # the round's sub-envs (every shard's, sent or not) and its time (the slowest shard's, as fps)
             raw["num_envs"] = sum(s.size for s in self._shards)
             raw["seconds"] = max(r["seconds"] for r in raws)
         raw["workers"] = [r.pop("worker") for r in raws]  # where each shard ran, for the records
         if self._results is not None:
+            from simeval import metrics  # NumPy: the caller side loads it only when a round's results arrive
+
             path, prefix, context = self._results
             append_record(path, make_record(metrics.prefixed(raw, prefix, keep_episodes=True), prefix, **context))
         complete(future, raw)
@@ -281,6 +285,7 @@ class RayBackend(Backend):
         """
         if self._shards is None or overrides is None or overrides.num_trajectories is None:
             return self._shards
+        from simeval import shards as sharding
 
         num_envs = sum(s.size for s in self._shards)
         return sharding.plan(num_envs, len(self._shards), overrides.num_trajectories)

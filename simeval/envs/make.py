@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from simeval.conditions import Condition
 from simeval.envs.simulators import EnvRequest, check_condition, simulator_for
 
 if TYPE_CHECKING:
@@ -94,6 +93,8 @@ def make_env(
             that would replace a callable or a config object is a ValueError (change such fields
             in the config itself, in Python).
     """
+    from simeval.conditions import Condition  # NumPy: simeval.envs loads none until it builds an env
+
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
     sim = simulator_for(name, backend)

@@ -25,7 +25,6 @@ from simeval.launch.plan import plan_for
 from simeval.launch.results import ResultsLog, failures_line, resume_from
 from simeval.launch.session import Session, install_stop_handlers
 from simeval.launch.sources import One, Watcher, check_watch_dir
-from simeval.launch.suite_run import run_suite
 from simeval.launch.sweep import Sweep, reached
 
 if TYPE_CHECKING:
@@ -47,6 +46,8 @@ def run(parsed: Parsed, out: str) -> int:
     log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
     print(f"results: {log.path}", flush=True)
     if cfg.suite:
+        from simeval.launch.suite_run import run_suite  # suites load NumPy (conditions): only a suite run does
+
         return run_suite(parsed, out, log, stop)
     session = Session(parsed, out, stop)
     try:

@@ -10,7 +10,6 @@ import functools
 import os
 from typing import TYPE_CHECKING, Any
 
-from simeval import Evaluator
 from simeval.envs import make_env
 from simeval.factories import build_policy
 from simeval.hooks import worker_init
@@ -102,6 +101,7 @@ def make_evaluator(
         # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
         # intra-op thread, leaving the cores to the batched simulator's own threads.
         torch.set_num_threads(1)
+    from simeval import Evaluator  # a lazy export: simeval.evaluator loads NumPy
 
     return Evaluator(
         functools.partial(

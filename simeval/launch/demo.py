@@ -21,11 +21,12 @@ from simeval import launch, load_checkpoint, save_checkpoint
 from simeval.checkpoints.shipped import shipped_checkpoint
 from simeval.envs import make_env
 from simeval.policies import gaussian_actor
-from simeval.report import cli, curves, runs
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo (``argv`` is not used): the eval curve, the reference rows, the plot; 0, or 1 if a run failed."""
+    from simeval.report import curves, runs  # NumPy: the demo's report, not the launcher's start
+
     root = os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
     trained = os.path.join(root, "trained")
     print("$ python -m simeval.launch --out", trained, flush=True)
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _suite_part(root: str, curve: list[dict]) -> int:
     """The shipped suite on the run's first and final checkpoints, compared cell by cell on the same episodes."""
+    from simeval.report import cli
+
     suite = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "suites", "halfcheetah-robustness.yaml")
     suite = os.path.relpath(os.path.normpath(suite))
     outs = {}

@@ -13,7 +13,6 @@ import functools
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from simeval.conditions import CFG, KINDS
 from simeval.envs.simulators.base import EnvRequest, Simulator
 from simeval.envs.simulators.gymnasium_vector import MUJOCO_TASKS, GymnasiumVector
 from simeval.envs.simulators.isaaclab import IsaacLab
@@ -122,6 +121,8 @@ def check_condition(name: str, condition: Condition, backend: str | None = None)
     that can. Checked where a suite is loaded, where the launcher learns
     ``--env-backend``, and where ``make_env`` builds the env.
     """
+    from simeval.conditions import KINDS  # NumPy: simeval.envs loads none until it builds an env
+
     sim = simulator_for(name, backend)
     for kind in sorted(condition.kinds - sim.capabilities, key=list(KINDS).index):
         settings = condition.settings_of(kind)
@@ -132,6 +133,8 @@ def check_condition(name: str, condition: Condition, backend: str | None = None)
 
 
 def _refusal(name: str, sim: Simulator, kind: str, settings: tuple[str, ...]) -> str:
+    from simeval.conditions import CFG, KINDS
+
     able = supporting(kind)
     titles = " and ".join(s.title for s in able) or "no simulator installed here"
     if settings == (CFG,):
