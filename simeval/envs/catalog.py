@@ -14,7 +14,6 @@ from simeval.envs.simulators import (
     NATIVE_TASKS,
     WARP_TASKS,
     check_condition,
-    registered,
     simulator_for,
 )
 
@@ -44,13 +43,9 @@ def check_env(name: str, backend: str | None = None) -> str:
     Installed, and ``name`` one it builds: a one-line ValueError naming the env otherwise.
     A gymnasium id is checked against gymnasium's registry before ``backend`` is.
     """
-    prefix, colon, _ = name.partition(":")
-    if colon and any(s.prefix == prefix for s in registered()):
-        sim = simulator_for(name)
-        sim.check(name)
-        return sim.name
-    simulator_for(name).check(name)
-    return simulator_for(name, backend).name
+    sim = simulator_for(name)  # a prefix's simulator (backend does not apply), or a gymnasium id's default
+    sim.check(name)
+    return sim.name if sim.prefix is not None else simulator_for(name, backend).name
 
 
 def task_config(name: str) -> Any | None:
