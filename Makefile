@@ -65,7 +65,7 @@ $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
 mjlab: $(MJLAB_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m simeval.launch.demo
+	$(PY) -m simeval.demo
 
 # Two lanes at a time (make -j2), after the core venv is built (once, before either starts). Lane one: lint,
 # then the core pytest session (the longest job: it starts first). Lane two, one after the other: the docs,

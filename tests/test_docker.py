@@ -21,8 +21,8 @@ import pytest
 from launch_helpers import REPO, cli, popen_cli, write_checkpoints
 from root_services import started_or_skip
 
+from simeval.containers.plan import LABEL, ContainerError, gpu_device_requests, plan, strip_flags
 from simeval.launch.config import ConfigError, LaunchConfig
-from simeval.launch.container import LABEL, gpu_device_requests, plan, strip_flags
 
 # The image build (debootstrap, pip inside the build) runs inside the first engine test's set-up.
 pytestmark = pytest.mark.timeout(1500)
@@ -63,7 +63,7 @@ def test_gpu_requests_name_only_the_chosen_host_gpus():
     assert gpu_device_requests("0, 2")[0]["DeviceIDs"] == ["0", "2"]
     assert gpu_device_requests("all")[0]["Count"] == -1
     assert gpu_device_requests(None) == []
-    with pytest.raises(ConfigError, match="--gpus 'two'"):
+    with pytest.raises(ContainerError, match="--gpus 'two'"):
         gpu_device_requests("two")
 
 
@@ -88,7 +88,7 @@ def test_plan_mounts_paths_where_they_are_and_forwards_the_rest(tmp_path):
 
 def test_a_device_outside_the_requested_gpus_is_refused(tmp_path):
     cfg = LaunchConfig(launcher="docker", image="img", gpus="3", device="cuda:1").validate()
-    with pytest.raises(ConfigError, match="sees only the 1 GPU"):
+    with pytest.raises(ContainerError, match="sees only the 1 GPU"):
         plan(cfg, [], None, cwd=str(tmp_path))
 
 
@@ -126,7 +126,8 @@ def test_a_checkpoint_at_the_top_of_the_home_directory_mounts_only_the_file(tmp_
 
 def test_a_checkpoint_in_the_root_directory_never_mounts_it(tmp_path):
     # /model.pt mounted / itself; the file is refused in one line when it is not there
-    with pytest.raises(ConfigError, match=r"^--checkpoint /no-such-model\.pt: no such file; give the checkpoint file"):
+    refusal = r"^--checkpoint /no-such-model\.pt: no such file; give the checkpoint file"
+    with pytest.raises(ContainerError, match=refusal):
         plan(_docker_cfg(checkpoint="/no-such-model.pt"), [], None, cwd=str(tmp_path))
 
 
@@ -145,7 +146,7 @@ def test_a_checkpoint_in_the_root_directory_never_mounts_it(tmp_path):
     ],
 )
 def test_system_directories_are_never_mounted(tmp_path, flag, path, refusal):
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ContainerError) as info:
         plan(_docker_cfg(**{flag: path}), [], None, cwd=str(tmp_path))
     assert str(info.value).startswith(refusal), str(info.value)
     assert len(str(info.value).splitlines()) == 1
@@ -156,13 +157,13 @@ def test_the_home_directory_and_symlinks_to_refused_places_are_refused(tmp_path,
     home.mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     for flag, path in (("out", home), ("watch", home), ("out", home.parent)):
-        with pytest.raises(ConfigError, match=rf"^--{flag} {path}: refuses to mount {path} \(your home directory"):
+        with pytest.raises(ContainerError, match=rf"^--{flag} {path}: refuses to mount {path} \(your home directory"):
             plan(_docker_cfg(**{flag: str(path)}), [], None, cwd=str(tmp_path))
     (tmp_path / "to-root").symlink_to("/")
-    with pytest.raises(ConfigError, match=r"^--out to-root: refuses to mount / into the container"):
+    with pytest.raises(ContainerError, match=r"^--out to-root: refuses to mount / into the container"):
         plan(_docker_cfg(out="to-root"), [], None, cwd=str(tmp_path))  # decided on the resolved path
     (tmp_path / "etc-file.pt").symlink_to("/etc/passwd")
-    with pytest.raises(ConfigError, match=r"^--checkpoint etc-file.pt: refuses to mount /etc/passwd \(under /etc"):
+    with pytest.raises(ContainerError, match=r"^--checkpoint etc-file.pt: refuses to mount /etc/passwd \(under /etc"):
         plan(_docker_cfg(checkpoint="etc-file.pt"), [], None, cwd=str(tmp_path))
     # ~/runs/eval is a directory of its own: fine
     spec = plan(_docker_cfg(out=str(home / "runs" / "eval")), [], None, cwd=str(tmp_path))
@@ -182,7 +183,7 @@ def test_the_config_and_suite_files_are_mounted_not_their_directories(tmp_path):
     _file(tmp_path / "launchers" / "secrets.yaml")
     spec = plan(_docker_cfg(suite="suites/s.yaml", out="out"), [], "launchers/x.yaml", cwd=str(tmp_path))
     assert _mounts(spec) == {config: "ro", suite: "ro", str(tmp_path / "out"): "rw"}
-    with pytest.raises(ConfigError, match=r"^--suite nope.yaml: no such file"):
+    with pytest.raises(ContainerError, match=r"^--suite nope.yaml: no such file"):
         plan(_docker_cfg(suite="nope.yaml"), [], None, cwd=str(tmp_path))
 
 
@@ -265,7 +266,7 @@ def test_only_simeval_s_own_settings_pass_into_the_container_by_default(tmp_path
     monkeypatch.delenv("NOT_SET_HERE", raising=False)
     for names, refusal in ((["NOT_SET_HERE"], "--pass-env NOT_SET_HERE: it is not set in this environment"),
                            (["A=1"], "--pass-env 'A=1': give variable names")):  # fmt: skip
-        with pytest.raises(ConfigError, match="^" + re.escape(refusal)):
+        with pytest.raises(ContainerError, match="^" + re.escape(refusal)):
             plan(_docker_cfg(out="out", pass_env=names), [], None, cwd=str(tmp_path))
 
 
@@ -280,7 +281,7 @@ def test_the_container_has_no_network_unless_asked_or_a_logger_needs_one(tmp_pat
     assert network(logger="mlflow", network="tracking") == "tracking"
     assert network(logger="tensorboard") == "none"
     # --serve is reached by training from outside: without a network it could not be
-    with pytest.raises(ConfigError, match=r"^--serve in a container: .* give --network \(e.g. --network host\)\.$"):
+    with pytest.raises(ContainerError, match=r"^--serve in a container: .* give --network \(e.g. --network host\)\.$"):
         network(serve="cheetah", backend="ray")
     assert network(serve="cheetah", backend="ray", network="host") == "host"
 
@@ -330,7 +331,7 @@ def test_only_the_end_of_a_log_stream_is_silent_every_other_failure_is_one_line(
     import requests
     import urllib3
 
-    from simeval.launch import container_engine as launcher
+    from simeval.containers import engine as launcher
 
     monkeypatch.setattr(launcher, "STREAM_END_GRACE_S", 0.5, raising=False)
     broken = urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(0 bytes read)")

@@ -96,7 +96,7 @@ def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
 
     full = {**os.environ, "PYTHONPATH": REPO}
     proc = subprocess.run(
-        [sys.executable, "-m", "simeval.launch.demo"],
+        [sys.executable, "-m", "simeval.demo"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,5 +1,7 @@
 """`make lint`: scripts beside the package (examples, benchmarks, tools) use the library, never the launcher.
 
+Nor the applications beside it that run it (the Docker launcher, the demo).
+
 lint-imports checks the package itself (pyproject's [tool.importlinter]); this
 checks the files outside it that a user copies from. Running the launcher as a
 program (``python -m simeval.launch``) is how they use it, not an import.
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 FOLDERS = ("examples", "benchmarks", "tools")
-LAUNCHER = "simeval.launch"
+APPLICATIONS = ("simeval.launch", "simeval.containers", "simeval.demo")
 
 
 def launcher_imports(path: Path) -> list[str]:
@@ -25,7 +27,7 @@ def launcher_imports(path: Path) -> list[str]:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         else:
             continue
-        if any(name == LAUNCHER or name.startswith(LAUNCHER + ".") for name in names):
+        if any(name == app or name.startswith(app + ".") for name in names for app in APPLICATIONS):
             found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -35,7 +37,7 @@ def main(root: str = ".") -> int:
     paths = [path for folder in FOLDERS for path in sorted(Path(root, folder).rglob("*.py"))]
     found = [hit for path in paths for hit in launcher_imports(path)]
     for hit in found:
-        print(f"{hit}  <- outside simeval/launch/: use the library (simeval.checkpoints, simeval.policies, ...)")
+        print(f"{hit}  <- outside the applications: use the library (simeval.checkpoints, simeval.policies, ...)")
     return 1 if found else 0
 
 

@@ -9,10 +9,11 @@ The launcher application, built on the library (it is the only importer of
 this package): command line and config (``cli``, ``config``), what to evaluate
 (``plan``) and how workers build it (``build``), the stages (``app``: a
 ``sources`` checkpoint source -> ``session`` evaluators driven by ``sweep`` ->
-``results``), video, reports, the Docker launcher (``container``,
-``container_engine``) and the demo. Flags simeval does not know are handed to ``--init-fn``; torch is
-imported only after the init hook ran. Bad input: one line on stderr, exit
-code 2 (``--debug`` shows the traceback). Nothing here imports torch at import time.
+``results``) and video. ``--launcher docker`` hands the command line to the Docker
+launcher (:mod:`simeval.containers`, an application of its own). Flags simeval does
+not know are handed to ``--init-fn``; torch is imported only after the init hook
+ran. Bad input: one line on stderr, exit code 2 (``--debug`` shows the traceback).
+Nothing here imports torch at import time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 import traceback
 
 from simeval.checkpoints.shipped import SHIPPED_RUN
+from simeval.containers import run_in_container
 from simeval.hooks import call_hook
 from simeval.refs import resolve_callable
 
@@ -43,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parsed = parse(argv)
         cfg = parsed.cfg
         if cfg.launcher == "docker":
-            from simeval.launch import container, container_engine
-
-            return container_engine.run(container.plan(cfg, argv, parsed.config_path))
+            return run_in_container(cfg, argv, parsed.config_path)
         if cfg.source is None:
             if parsed.config_path:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")

@@ -1,11 +1,13 @@
-"""``--launcher docker``: run the eval worker as a container on chosen GPUs.
+"""``--launcher docker``: plan the container the launcher runs in, on chosen GPUs.
 
     python -m simeval.launch --launcher docker --image simeval --gpus 1 --watch runs/exp1/ckpt
 
-This module plans the container (plain data, no engine); ``container_engine``
-runs it. The host checks the arguments first (the same one-line errors as a local run),
-then starts ``python -m simeval.launch`` inside IMAGE through the Docker SDK for
-Python with the other arguments. ``--gpus`` names host GPUs (``1``, ``0,2``, a UUID,
+This module plans the container (plain data, no engine); :mod:`simeval.containers.engine`
+runs it. It reads the launcher's settings through :class:`LaunchSettings` (the
+fields it needs, declared here) and never imports the launcher. The host checks
+the arguments first (the same one-line errors as a local run), then starts
+``python -m simeval.launch`` inside IMAGE through the Docker SDK for Python with
+the other arguments. ``--gpus`` names host GPUs (``1``, ``0,2``, a UUID,
 or ``all``); only those are requested, so evaluation never lands on the training GPU,
 and inside they are ``cuda:0``, ``cuda:1``, ... Logs stream to this terminal; SIGTERM
 or Ctrl-C stops the container (the launcher inside abandons its round, nothing
@@ -45,9 +47,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from simeval.launch.config import ConfigError, LaunchConfig
+from typing import Any, Protocol
 
 # Flags that steer the container itself; they are not forwarded into it. MULTI_FLAGS take several values.
 CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network", "--pass-env")
@@ -57,6 +57,28 @@ SHM_SIZE = "1g"  # torch and the process backend stage tensors in /dev/shm (64 M
 SETTINGS_ENV = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID", "HF_HUB_OFFLINE")
 # What a logger needs: its variables pass in, and the container gets a network (the engine's default).
 LOGGER_ENV = {"wandb": "WANDB_", "mlflow": "MLFLOW_"}
+
+
+class ContainerError(ValueError):
+    """The container cannot be planned or run as asked; the message says what to change (one line)."""
+
+
+class LaunchSettings(Protocol):
+    """What the Docker launcher reads of the launcher's settings (``simeval.launch.config.LaunchConfig``)."""
+
+    checkpoint: str | None
+    watch: str | None
+    suite: str | None
+    serve: str | None
+    out: str | None
+    device: str | None
+    logger: str
+    image: str | None
+    gpus: str | None
+    network: str | None
+    pass_env: list[str]
+
+
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SB3_VECNORMALIZE_ENV = "SIMEVAL_SB3_VECNORMALIZE"  # a statistics file named for SB3 zips (sb3_vecnormalize.find)
 LABEL = "simeval.launcher"
@@ -81,7 +103,7 @@ def gpu_device_requests(gpus: str | None) -> list[dict[str, Any]]:
         return [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
     ids = [g.strip() for g in gpus.split(",")]
     if not all(re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F/-]+", g) for g in ids):
-        raise ConfigError(f"--gpus {gpus!r}: give host GPU indices or UUIDs separated by commas (0,2), or all.")
+        raise ContainerError(f"--gpus {gpus!r}: give host GPU indices or UUIDs separated by commas (0,2), or all.")
     return [{"Driver": "", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
 
 
@@ -172,7 +194,7 @@ class _Mounts:
         return os.path.normpath(os.path.join(self.cwd, path))
 
     def add(self, flag: str, given: str, mode: str, is_file: bool, path: str | None = None) -> str:
-        """Mount ``path`` (default: ``given``) for ``flag``; its absolute path. ConfigError if it may not be mounted.
+        """Mount ``path`` (default: ``given``) for ``flag``; its absolute path. ContainerError if it may not be mounted.
 
         A file must exist and be a regular file; the host side of the mount is the
         resolved path, so a symlink cannot lead the decision astray.
@@ -183,16 +205,16 @@ class _Mounts:
         if why is not None:
             what = "copy the file to a directory of its own" if is_file else "give a directory of its own"
             shown = f"{real} ({why})" if why else real
-            raise ConfigError(f"{flag} {given}: refuses to mount {shown} into the container: {what}.")
+            raise ContainerError(f"{flag} {given}: refuses to mount {shown} into the container: {what}.")
         if is_file and not os.path.isfile(real):
             problem = "no such file" if not os.path.lexists(inside) else "not a regular file"
             hint = (
                 "give the checkpoint file itself (a directory is --watch)" if flag == "--checkpoint" else "fix the path"
             )
-            raise ConfigError(f"{flag} {given}: {problem}; {hint}.")
+            raise ContainerError(f"{flag} {given}: {problem}; {hint}.")
         known = self.volumes.get(real)
         if known and known["bind"] != inside:
-            raise ConfigError(
+            raise ContainerError(
                 f"{flag} {given}: its host path {real} is mounted at {known['bind']} already: give one path for both."
             )
         if not known or known["mode"] != "rw":
@@ -245,7 +267,7 @@ def sb3_beside(path: str) -> list[str]:
     return found
 
 
-def environment(cfg: LaunchConfig, host: Mapping[str, str] | None = None) -> dict[str, str]:
+def environment(cfg: LaunchSettings, host: Mapping[str, str] | None = None) -> dict[str, str]:
     """The container's environment from the ``host``'s (default: this process's).
 
     simeval's own settings, the logger's variables and those ``--pass-env`` names; nothing else.
@@ -257,30 +279,30 @@ def environment(cfg: LaunchConfig, host: Mapping[str, str] | None = None) -> dic
         env.update({k: v for k, v in host.items() if k.startswith(prefix)})
     for name in cfg.pass_env:
         if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-            raise ConfigError(
+            raise ContainerError(
                 f"--pass-env {name!r}: give variable names (letters, digits, _), set to their values in this "
                 "environment."
             )
         if name not in host:
-            raise ConfigError(f"--pass-env {name}: it is not set in this environment: set it, or leave it out.")
+            raise ContainerError(f"--pass-env {name}: it is not set in this environment: set it, or leave it out.")
         env[name] = host[name]
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def network_mode(cfg: LaunchConfig) -> str | None:
+def network_mode(cfg: LaunchSettings) -> str | None:
     """``--network``; else ``none``, or None (the engine's default network) when the logger needs one."""
     if cfg.network:
         return cfg.network
     if cfg.serve:
-        raise ConfigError(
+        raise ContainerError(
             "--serve in a container: training reaches it over the network, and the container has none by default: "
             "give --network (e.g. --network host)."
         )
     return None if cfg.logger in LOGGER_ENV else "none"
 
 
-def _mount_inputs(cfg: LaunchConfig, mounts: _Mounts, config_path: str | None, env: dict[str, str]) -> list[str]:
+def _mount_inputs(cfg: LaunchSettings, mounts: _Mounts, config_path: str | None, env: dict[str, str]) -> list[str]:
     """Mount what the launcher inside reads (read-only); the mounted directories to create when missing."""
     if config_path:
         mounts.add("--config", config_path, "ro", is_file=True)
@@ -301,7 +323,7 @@ def _mount_inputs(cfg: LaunchConfig, mounts: _Mounts, config_path: str | None, e
     return [watch]
 
 
-def plan(cfg: LaunchConfig, argv: list[str], config_path: str | None, cwd: str | None = None) -> ContainerSpec:
+def plan(cfg: LaunchSettings, argv: list[str], config_path: str | None, cwd: str | None = None) -> ContainerSpec:
     """Mounts, environment, network, GPU requests and the command line for the launcher inside the container."""
     mounts = _Mounts(cwd or os.getcwd())
     env = environment(cfg)
@@ -318,7 +340,7 @@ def plan(cfg: LaunchConfig, argv: list[str], config_path: str | None, cwd: str |
     if cfg.device and cfg.device.startswith("cuda:") and requests and requests[0]["DeviceIDs"]:
         index = cfg.device.split(":", 1)[1]
         if not index.isdigit() or int(index) >= len(requests[0]["DeviceIDs"]):
-            raise ConfigError(
+            raise ContainerError(
                 f"--device {cfg.device}: the container sees only the {len(requests[0]['DeviceIDs'])} GPU(s) of "
                 f"--gpus {cfg.gpus}, as cuda:0..; leave --device out or use cuda:0."
             )

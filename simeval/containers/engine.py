@@ -19,8 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from simeval.launch.config import ConfigError
-from simeval.launch.container import ContainerSpec
+from simeval.containers.plan import ContainerError, ContainerSpec
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -35,13 +34,15 @@ def _client() -> DockerClient:
     try:
         import docker
     except ImportError:
-        raise ConfigError("--launcher docker needs the Docker SDK for Python: pip install 'simeval[docker]'.") from None
+        raise ContainerError(
+            "--launcher docker needs the Docker SDK for Python: pip install 'simeval[docker]'."
+        ) from None
     try:
         client = docker.from_env()
         client.ping()
     except docker.errors.DockerException as exc:
         where = os.environ.get("DOCKER_HOST", "the default socket")
-        raise ConfigError(
+        raise ContainerError(
             f"cannot reach the Docker engine at {where} ({_first_line(exc)}); start dockerd or set DOCKER_HOST."
         ) from None
     return client
@@ -129,7 +130,7 @@ def _user_for(
         os.chown(directory, uid, gid)
     for path, mount in spec.volumes.items():
         if mount["mode"] == "ro" and not _readable_by(path, uid, gid):
-            raise ConfigError(
+            raise ContainerError(
                 f"{path} is not readable by the container's user {uid}:{gid} (mode {os.stat(path).st_mode & 0o777:o}): "
                 "make it readable (chmod o+rX) or run the launcher as a non-root user, whom the container then runs as."
             )
@@ -142,7 +143,7 @@ def _user_for(
     if unwritable:
         owners = ", ".join(f"{p} (owner {_owner(p)}, mode {os.stat(p).st_mode & 0o777:o})" for p in unwritable)
         paths = " ".join(shlex.quote(p) for p in unwritable)
-        raise ConfigError(
+        raise ContainerError(
             f"{owners} {'is' if len(unwritable) == 1 else 'are'} not writable by the container's user {uid}:{gid}: "
             f"chown {uid}:{gid} {paths}, or run the launcher as that non-root user."
         )
@@ -249,13 +250,13 @@ def run(spec: ContainerSpec) -> int:
 
 
 def _check_image(client: DockerClient, spec: ContainerSpec) -> None:
-    """A ConfigError unless ``spec.image`` is on the engine (simeval neither builds nor pulls it)."""
+    """A ContainerError unless ``spec.image`` is on the engine (simeval neither builds nor pulls it)."""
     import docker
 
     try:
         client.images.get(spec.image)
     except docker.errors.ImageNotFound:
-        raise ConfigError(
+        raise ContainerError(
             f"image {spec.image!r} is not on this Docker engine: build it "
             f"(docker build -f containers/Dockerfile -t {spec.image} .) or docker pull it."
         ) from None
@@ -270,7 +271,7 @@ def _create(client: DockerClient, spec: ContainerSpec, user: str, extra_env: dic
     try:
         return client.containers.create(**kwargs)
     except docker.errors.APIError as exc:
-        raise ConfigError(f"the Docker engine refused the container ({_first_line(exc)}).") from None
+        raise ContainerError(f"the Docker engine refused the container ({_first_line(exc)}).") from None
 
 
 def _catch_signals(signals: list[int]) -> dict:
@@ -293,7 +294,7 @@ def _log_streams(container: Container) -> list[threading.Thread]:
 
 
 def _start(container: Container, spec: ContainerSpec) -> None:
-    """Start the container; a ConfigError with a hint (the NVIDIA toolkit when GPUs were asked for) if it cannot."""
+    """Start the container; a ContainerError with a hint (the NVIDIA toolkit when GPUs were asked for) if it cannot."""
     import docker
 
     try:
@@ -305,14 +306,14 @@ def _start(container: Container, spec: ContainerSpec) -> None:
             else "check the image and the engine's log"
         )
         reason = _first_line(exc)
-        raise ConfigError(f"the Docker engine could not start the container ({reason}); {hint}.") from None
+        raise ContainerError(f"the Docker engine could not start the container ({reason}); {hint}.") from None
 
 
 def _wait(container: Container, signals: list[int]) -> dict[str, Any]:
     """The engine's wait() status once the container exits, stopping it on ``signals`` meanwhile.
 
     The wait runs on a thread, so that signals are acted on while it blocks; a
-    wait the engine breaks off is a ConfigError.
+    wait the engine breaks off is a ContainerError.
     """
     status: dict[str, Any] = {}
     lost: list[Exception] = []
@@ -327,7 +328,7 @@ def _wait(container: Container, signals: list[int]) -> dict[str, Any]:
     waiter.start()
     _stop_on_signals(container, waiter, signals)
     if lost:
-        raise ConfigError(
+        raise ContainerError(
             f"the launcher lost contact with the Docker engine while waiting for container {container.short_id} "
             f"({type(lost[0]).__name__}: {_first_line(lost[0])})."
         )

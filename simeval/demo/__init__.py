@@ -1,4 +1,8 @@
-"""``make demo``: evaluate the shipped PPO training run on batched HalfCheetah-v5.
+"""``make demo`` (``python -m simeval.demo``): evaluate the shipped PPO training run on batched HalfCheetah-v5.
+
+An application of its own on top of the launcher and the report: it runs them
+as a user would (``simeval.launch.main``, ``simeval.report``'s CLI) and is
+imported by nothing.
 
 Runs the launcher on its embedded defaults (``--watch`` the shipped run's
 checkpoints, thread backend, 8 envs, 16 episodes, seed 0): the eval curve of
@@ -14,7 +18,6 @@ same episodes: the table, and ``compare.html``.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from simeval import launch, load_checkpoint, save_checkpoint
@@ -87,7 +90,3 @@ def _suite_part(root: str, curve: list[dict]) -> int:
     args = ["compare", outs["first"], outs["final"], "--html", html]
     print(f"\n$ python -m simeval.report {' '.join(args)}", flush=True)
     return cli.main(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m simeval.demo`` (``make demo``)."""
+
+import sys
+
+from simeval.demo import main
+
+sys.exit(main())
