@@ -235,7 +235,7 @@ def test_info_keys_from_flags_and_yaml(tmp_path):
 def test_summary_shows_success_rate_only_when_a_result_has_it():
     from types import SimpleNamespace
 
-    from simeval.launch.sweep import summary
+    from simeval.launch.cells import summary
 
     ck = SimpleNamespace(path="/ckpt/step_0001000.pt", step=1000)
     base = {"eval/reward": 1.0, "eval/num_episodes": 4, "eval/terminated_fraction": 0.0}

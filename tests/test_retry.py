@@ -213,12 +213,13 @@ def test_a_suite_retries_failed_cells_and_unreadable_files_with_the_flag_and_end
 
 def test_two_evaluators_wait_for_a_failing_plan_before_taking_the_next_one(files, tmp_path):
     """--workers 2: the next checkpoint needs another plan while the first one's runs; it waits, then rebuilds."""
+    from simeval.launch.cells import nominal
     from simeval.launch.cli import Parsed
     from simeval.launch.config import LaunchConfig
+    from simeval.launch.pipeline import Jobs, Pipeline
     from simeval.launch.results import ResultsLog
     from simeval.launch.session import Session
     from simeval.launch.sources import Watcher
-    from simeval.launch.sweep import Sweep
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     ckpt.mkdir()
@@ -232,7 +233,7 @@ def test_two_evaluators_wait_for_a_failing_plan_before_taking_the_next_one(files
     session = Session(Parsed(cfg, [], set(), None), str(out), stop)
     log = ResultsLog(str(out), logger=None)
     try:
-        assert Sweep(session, log, keep_going=True).run(Watcher(str(ckpt), set(), stop, 0.05)) == 0
+        assert Pipeline(session, log, Jobs(nominal)).run(Watcher(str(ckpt), set(), stop, 0.05)) == 0
     finally:
         session.close()
     lines = {r["checkpoint_name"]: r for r in read_records(out)}

@@ -1,34 +1,31 @@
-"""The launcher's stages, one way: a source of checkpoints -> evaluate -> record.
+"""The launcher's stages, one way: a source of weights x cells -> evaluate -> record.
 
 ``--checkpoint`` is a source of one checkpoint, ``--watch`` a
 :class:`~simeval.launch.sources.Watcher` (both
-:class:`~simeval.launch.sources.CheckpointSource`); a
-:class:`~simeval.launch.session.Session` holds the evaluators (built for the
-plan of the first checkpoint that evaluates, see its module), and
-:class:`~simeval.launch.sweep.Sweep` hands checkpoints to idle ones and
-appends every outcome to ``OUT/results.jsonl``.
-``--serve`` starts a named Ray evaluator whose worker writes the same lines
-itself. SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing
-partial is written) and the process exits 0.
+:class:`~simeval.launch.sources.CheckpointSource`). A plain run evaluates each
+checkpoint on one nominal cell, a suite run (``--suite``) on the suite's cells;
+both go through the one :class:`~simeval.launch.pipeline.Pipeline`, whose
+:class:`~simeval.launch.session.Session` holds the evaluator slots. ``--serve``
+starts a named Ray evaluator whose worker writes the same lines itself.
+SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing partial is
+written) and the process exits 0.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
+from simeval.backends.ray_slots import check_capacity, ensure_ray
 from simeval.checkpoints import load_checkpoint
 from simeval.envs import check_env
+from simeval.launch.cells import nominal
 from simeval.launch.cli import Parsed
-from simeval.launch.config import ConfigError
+from simeval.launch.config import ConfigError, LaunchConfig
+from simeval.launch.pipeline import Jobs, Pipeline, resume
 from simeval.launch.plan import plan_for
-from simeval.launch.results import ResultsLog, failures_line, resume_from
+from simeval.launch.results import ResultsLog
 from simeval.launch.session import Session, install_stop_handlers
-from simeval.launch.sources import One, Watcher, check_watch_dir
-from simeval.launch.sweep import Sweep, reached
-
-if TYPE_CHECKING:
-    from simeval.launch.results import ResultsLog
+from simeval.launch.sources import CheckpointSource, One, Watcher, check_watch_dir
 
 
 def run(parsed: Parsed, out: str) -> int:
@@ -45,20 +42,35 @@ def run(parsed: Parsed, out: str) -> int:
         check_watch_dir(cfg.watch)
     log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
     print(f"results: {log.path}", flush=True)
+    suite = None
     if cfg.suite:
-        from simeval.launch.suite_run import run_suite  # suites load NumPy (conditions): only a suite run does
+        from simeval.launch.suite_run import check_suite  # suites load NumPy (conditions): only a suite run does
 
-        return run_suite(parsed, out, log, stop)
+        suite = check_suite(parsed)
+    if cfg.backend == "ray":  # the one capacity check: before any worker is asked for
+        check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
+        install_stop_handlers(stop)  # ray.init installs its own SIGTERM handler: ours comes last
     session = Session(parsed, out, stop)
     try:
         if cfg.source == "serve":
             return serve(session)
-        if cfg.source == "checkpoint":
-            source = One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
-            return Sweep(session, log, keep_going=False).run(source)
+        if suite is not None:
+            from simeval.launch.suite_run import run_suite
+
+            return run_suite(session, log, suite, lambda seen: source_of(cfg, seen, stop))
+        if cfg.source == "checkpoint":  # one job: its failure is the run's error, nothing to resume
+            return Pipeline(session, log, Jobs(nominal, keep_going=False)).run(source_of(cfg, set(), stop))
         return run_watch(session, log)
     finally:
         session.close()
+
+
+def source_of(cfg: LaunchConfig, seen: set[str], stop: threading.Event) -> CheckpointSource:
+    """The run's source of weights: ``--checkpoint``'s file, loaded now, or a watcher skipping ``seen`` names."""
+    if cfg.source == "checkpoint":
+        return One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
+    check_watch_dir(cfg.watch)
+    return Watcher(cfg.watch, seen, stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
 
 
 def run_watch(session: Session, log: ResultsLog) -> int:
@@ -69,21 +81,12 @@ def run_watch(session: Session, log: ResultsLog) -> int:
     The plan of the newest ok line is held, so a resume evaluates what the run evaluated.
     """
     cfg = session.cfg
-    records = list(log.records())
-    resume = resume_from(records, lambda r: r.get("checkpoint_name"), cfg.retry_failed)
-    if resume.done:
-        print(f"resuming: {len(resume.done)} checkpoint(s) already in {log.path}", flush=True)
-    line = failures_line("checkpoint(s)", len(resume.retried), len(resume.left), cfg.retry_failed)
-    if line:
-        print(line, flush=True)
-    for record in reversed(records):  # the newest ok line that states its plan
+    found = resume(log, cfg.retry_failed, cfg.until_step)
+    for record in reversed(list(log.records())):  # the newest ok line that states its plan
         if record.get("status") == "ok" and session.hold(record.get("plan")):
             break
-    closing = reached(cfg.until_step, resume.steps)
-    watcher = Watcher(
-        cfg.watch, resume.done, session.stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes
-    )
-    return Sweep(session, log, keep_going=True).run(watcher, closing=closing)
+    jobs = Jobs(nominal, found.done, closing=found.closing)
+    return Pipeline(session, log, jobs).run(source_of(cfg, found.seen, session.stop))
 
 
 def serve(session: Session) -> int:

@@ -1,17 +1,21 @@
-"""The run's evaluators, built for one plan, and asked to evaluate checkpoints.
+"""The run's evaluators: slots, each built for one (cell, plan), asked to evaluate jobs.
 
-:class:`Session` is what :class:`~simeval.launch.sweep.Sweep` drives: ``start``
-a checkpoint on an idle evaluator, ``poll`` it, turn its result into a
-results.jsonl record.
+:class:`Session` is what :class:`~simeval.launch.pipeline.Pipeline` drives:
+``start`` a job (checkpoint x cell) on an idle slot, ``poll`` it. A slot's
+evaluator is built for the job's cell (its condition, its settings) and plan
+(:class:`~simeval.launch.plan.EvalPlan`: env, policy factory, VecNorm use), and
+kept while the jobs it takes need the same; another cell or plan rebuilds it.
+``--workers K`` gives K slots where a run has several jobs (``--watch``, a
+suite's cells); a single job (``--checkpoint`` alone) gets one slot whose rounds
+are split over the K Ray workers.
 
-A run evaluates one plan (:class:`~simeval.launch.plan.EvalPlan`: env, policy
-factory, VecNorm use). The plan is *held* once a checkpoint evaluated with it
-succeeded (on a resume: the plan the ok lines of results.jsonl name); a
-checkpoint that needs another one after that is a :class:`PlanError`, recorded
-for that checkpoint alone. Until then a checkpoint that fails fixes nothing:
-the evaluators were built for its plan, and the next checkpoint, if it needs
-another plan, has them rebuilt once they are idle (:class:`PlanBusy` until
-then). So one bad file can never poison a watched run.
+A plain run (``one_plan``) evaluates one plan. The plan is *held* once a
+checkpoint evaluated with it succeeded (on a resume: the plan the ok lines of
+results.jsonl name); a checkpoint that needs another one after that is a
+:class:`PlanError`, recorded for that checkpoint alone. Until then a checkpoint
+that fails fixes nothing: the next checkpoint, if it needs another plan, has the
+slots rebuilt once they are idle (:class:`PlanBusy` until then). So one bad file
+can never poison a watched run. A suite's cells each have their own plan.
 """
 
 from __future__ import annotations
@@ -21,18 +25,18 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from simeval.backends.ray_slots import check_capacity, ensure_ray
 from simeval.checkpoints import CheckpointError
 from simeval.envs import check_env
 from simeval.errors import EvalError, WorkerLost
-from simeval.launch.build import checkpoint_fields, make_evaluator, record_context
+from simeval.launch.build import make_evaluator
+from simeval.launch.cells import JobCell, Nominal
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError
 from simeval.launch.plan import EvalPlan, plan_for
-from simeval.records import make_record
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -64,25 +68,31 @@ def describe(record: dict[str, Any]) -> str:
     return f"{record['env']} with {record['policy_factory']}({record['policy_kwargs'] or ''})"
 
 
-class Session:
-    """The run's evaluators and its plan (see the module docstring); ``slots`` evaluators side by side.
+@dataclass
+class Slot:
+    """One evaluator and what it is built for."""
 
-    ``--workers K`` with ``--watch`` makes K one-worker evaluators (K checkpoints
-    at once); with ``--checkpoint`` one evaluator whose rounds are split over K Ray workers.
-    """
+    evaluator: Any = None
+    cell_key: tuple | None = None
+    plan: EvalPlan | None = None
+    env_backend: str | None = None
+
+
+class Session:
+    """The run's evaluator slots and, for a plain run, its plan (see the module docstring)."""
 
     def __init__(self, parsed: Parsed, out: str, stop: threading.Event) -> None:
         self.parsed = parsed
         self.cfg = parsed.cfg
         self.out = out
         self.stop = stop
-        self.slots = self.cfg.workers if self.cfg.source == "watch" else 1
-        self.evaluators: list = []
-        self.plan: EvalPlan | None = None  # what the evaluators are built for
-        self.plan_key: dict[str, Any] | None = None  # its plan_record (a resume's, before any evaluator is built)
+        single = self.cfg.source != "watch" and not self.cfg.suite  # one job: its rounds split over the workers
+        self.slots = [Slot() for _ in range(1 if single else max(1, self.cfg.workers))]
+        self.split = self.cfg.workers if single else 1
+        self.one_plan = not self.cfg.suite
+        self.plan_key: dict[str, Any] | None = None  # one_plan: the run's plan_record (a resume's, before any build)
         self.held = False  # a checkpoint succeeded with plan_key: checkpoints needing another are PlanErrors
         self.busy: set[int] = set()
-        self.env_backend: str | None = None
 
     def hold(self, record: Any) -> bool:
         """Hold the plan ``record`` (the ``plan`` of an ok line, on a resume); False when it is no plan record."""
@@ -91,54 +101,56 @@ class Session:
         self.plan_key, self.held = json.loads(json.dumps(record)), True
         return True
 
-    def evaluator_for(self, plan: EvalPlan, index: int = 0) -> Evaluator:
-        """Evaluator ``index``, built for ``plan``.
+    def evaluator_for(self, plan: EvalPlan, index: int = 0, cell: JobCell | None = None) -> Evaluator:
+        """Slot ``index``'s evaluator, built for ``plan`` and ``cell`` (default: the nominal cell).
 
         Raises:
-            PlanError: the run holds another plan.
+            PlanError: the run holds another plan, or cannot build the plan's env.
             PlanBusy: the current plan is not held yet and evaluations of it still run: ask again once idle.
             ConfigError: the run's settings cannot build any evaluator.
         """
-        key = plan_record(plan)
-        if self.plan_key is not None and key != self.plan_key:
-            if self.held:
-                raise PlanError(
-                    f"needs {describe(key)}, but this run evaluates {describe(self.plan_key)} (the plan of its "
-                    "evaluated checkpoints); evaluate it in a separate run (another --out)."
-                )
-            if self.busy:
-                raise PlanBusy(describe(key))
-            self.close()  # the plan of checkpoints that all failed: this one's replaces it
-            self.plan_key = None
-        if not self.evaluators:
-            self._build(plan)
-        return self.evaluators[index]
+        cell = cell or Nominal()
+        if self.one_plan:
+            self._check_plan(plan_record(plan))
+        slot = self.slots[index]
+        if slot.evaluator is None or slot.cell_key != cell.key or slot.plan != plan:
+            self._close(slot)
+            self._build(slot, plan, cell)
+        return slot.evaluator
 
-    def _build(self, plan: EvalPlan) -> None:
-        """Build every evaluator for ``plan``; on any failure shut down those built and keep none."""
-        cfg = self.cfg
+    def _check_plan(self, key: dict[str, Any]) -> None:
+        """The one-plan rule: another plan than the held one is a PlanError; than a running one, PlanBusy."""
+        if self.plan_key is None or key == self.plan_key:
+            self.plan_key = key
+            return
+        if self.held:
+            raise PlanError(
+                f"needs {describe(key)}, but this run evaluates {describe(self.plan_key)} (the plan of its "
+                "evaluated checkpoints); evaluate it in a separate run (another --out)."
+            )
+        if self.busy:
+            raise PlanBusy(describe(key))
+        self.close()  # the plan of checkpoints that all failed: this one's replaces it
+        self.plan_key = key
+
+    def _build(self, slot: Slot, plan: EvalPlan, cell: JobCell) -> None:
+        """Build ``slot``'s evaluator for ``plan`` on ``cell``."""
+        cfg = cell.config(self.cfg)
         try:
             env_backend = check_env(plan.env, cfg.env_backend)
-        except ValueError as exc:  # an --env was checked at start: this env is the checkpoint's
+        except ValueError as exc:  # the run's tasks and an --env were checked at start: this env is the checkpoint's
             raise PlanError(f"needs env {plan.env}, which this launcher cannot build: {exc}") from None
-        split = cfg.workers if self.slots == 1 else 1
-        built: list = []
         try:
-            if cfg.backend == "ray":
-                check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
-            for _ in range(self.slots):  # all at once, so that K Ray workers start side by side
-                built.append(make_evaluator(cfg, plan, self.parsed.extra, self.out, env_backend, num_workers=split))
+            evaluator = make_evaluator(
+                cfg, plan, self.parsed.extra, self.out, env_backend, num_workers=self.split, condition=cell.condition
+            )
         except ValueError as exc:  # the run's settings, not this checkpoint: no checkpoint can be evaluated
-            _shut_down(built)
             raise ConfigError(str(exc)) from exc
-        except BaseException:
-            _shut_down(built)
-            raise
-        self.evaluators, self.plan, self.plan_key, self.env_backend = built, plan, plan_record(plan), env_backend
+        slot.evaluator, slot.cell_key, slot.plan, slot.env_backend = evaluator, cell.key, plan, env_backend
         install_stop_handlers(self.stop)  # ray.init installs its own SIGTERM handler: ours comes last
 
-    def start(self, ck: Checkpoint, index: int = 0, journal: Callable[[], int] | None = None) -> int:
-        """Begin evaluating ``ck`` on evaluator ``index`` (which must be idle); the attempt ``journal()`` returns.
+    def start(self, ck: Checkpoint, index: int, cell: JobCell, journal: Callable[[], int] | None = None) -> int:
+        """Begin evaluating ``ck`` on ``cell`` in idle slot ``index``; the attempt number ``journal()`` returns.
 
         ``journal`` runs once the evaluator is ready, just before the round is triggered.
 
@@ -146,13 +158,14 @@ class Session:
             PlanError, PlanBusy: see :meth:`evaluator_for`; PlanError also where ``--env`` contradicts ``ck``.
             CheckpointError: ``ck`` names what cannot be evaluated (an unregistered policy factory, ...).
         """
+        cfg, explicit = cell.config(self.cfg), cell.explicit(self.parsed.explicit)
         try:
-            plan = plan_for(self.cfg, self.parsed.explicit, ck)
+            plan = plan_for(cfg, explicit, ck)
         except CheckpointError as exc:
-            if _contradicts_settings(self.cfg, self.parsed.explicit, ck):
+            if _contradicts_settings(cfg, explicit, ck):
                 raise PlanError(str(exc)) from None  # another --env may fit it: a resume tries again
             raise
-        ev = self.evaluator_for(plan, index)
+        ev = self.evaluator_for(plan, index, cell)
         attempt = journal() if journal is not None else 1
         weights = dict(ck.weights_dict) if plan.obs_norm else {"policy": ck.policy}
         ev.trigger_eval(weights_dict=weights, step=ck.step)
@@ -160,12 +173,12 @@ class Session:
         return attempt
 
     def poll(self, index: int) -> dict | None:
-        """Evaluator ``index``'s result if it finished (its EvalError if it failed), else None.
+        """Slot ``index``'s result if it finished (its EvalError if it failed), else None.
 
         A result holds the run's plan: from then on a checkpoint needing another one is a PlanError.
         """
         try:
-            result = self.evaluators[index].poll()
+            result = self.slots[index].evaluator.poll()
         except BaseException:
             self.busy.discard(index)
             raise
@@ -174,21 +187,16 @@ class Session:
             self.held = True
         return result
 
-    def record_of(self, ck: Checkpoint, result: dict, seconds: float) -> dict:
-        """The results.jsonl record of ``ck``'s evaluation ``result``, which took ``seconds``."""
-        return make_record(
-            result,
-            **checkpoint_fields(ck, self.cfg.watch),
-            wall_time=round(seconds, 3),
-            plan=plan_record(self.plan),
-            **record_context(self.cfg, self.plan, self.env_backend),
-        )
-
     def close(self) -> None:
-        """Shut every evaluator down (a later checkpoint builds them again)."""
-        evaluators, self.evaluators = self.evaluators, []
+        """Shut every evaluator down (a later job builds them again)."""
         self.busy.clear()
-        _shut_down(evaluators)
+        for slot in self.slots:
+            self._close(slot)
+
+    def _close(self, slot: Slot) -> None:
+        if slot.evaluator is not None:
+            _shut_down([slot.evaluator])
+        slot.evaluator, slot.cell_key, slot.plan, slot.env_backend = None, None, None, None
 
 
 def _shut_down(evaluators: list) -> None:

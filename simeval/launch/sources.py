@@ -52,7 +52,7 @@ class Unreadable:
 
 
 class CheckpointSource(Protocol):
-    """What :class:`~simeval.launch.sweep.Sweep` takes checkpoints from."""
+    """What :class:`~simeval.launch.pipeline.Pipeline` takes checkpoints from: a source of weights."""
 
     done: bool
     """True once no checkpoint will come any more."""

@@ -1,0 +1,57 @@
+"""The one record builder: every results.jsonl line the launcher writes about a job or a checkpoint.
+
+An evaluated job (checkpoint x cell) gets :func:`ok_line`: the result
+(:func:`simeval.records.make_record`), the checkpoint's fields (the same in every
+kind of run), the attempts, the run's plan (a plain run), where and how it ran,
+and the cell's fields (a suite's). A job that could not be evaluated gets
+:func:`failed_line`, with the same cell fields; a checkpoint file that could not be
+read, with the run's (``suite``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from simeval.launch.build import checkpoint_fields, record_context
+from simeval.launch.session import plan_record
+from simeval.launch.sources import checkpoint_name
+from simeval.records import failed_record, make_record
+
+if TYPE_CHECKING:
+    from simeval.checkpoints import Checkpoint
+    from simeval.launch.cells import JobCell
+    from simeval.launch.config import LaunchConfig
+    from simeval.launch.session import Slot
+
+
+def ok_line(
+    cfg: LaunchConfig,
+    ck: Checkpoint,
+    cell: JobCell,
+    result: dict,
+    *,
+    seconds: float,
+    attempts: int,
+    slot: Slot,
+    with_plan: bool,
+) -> dict[str, Any]:
+    """The line of ``ck``'s evaluation on ``cell`` in ``slot``, which took ``seconds`` (``with_plan``: a plain run)."""
+    plan = {"plan": plan_record(slot.plan)} if with_plan else {}
+    return make_record(
+        result,
+        **checkpoint_fields(ck, cfg.watch),
+        wall_time=round(seconds, 3),
+        attempts=attempts,
+        **plan,
+        **record_context(cell.config(cfg), slot.plan, slot.env_backend),
+        **cell.context(),
+    )
+
+
+def failed_line(
+    cfg: LaunchConfig, path: str, message: str, step: int | None, kind: str, context: dict[str, Any]
+) -> dict[str, Any]:
+    """The failed line of checkpoint ``path`` (``kind``: see :data:`simeval.records.ERROR_KINDS`), plus ``context``."""
+    record = failed_record(path, message, step, checkpoint_name(path, cfg.watch), kind)
+    record.update(context)
+    return record
