@@ -8,11 +8,12 @@
 The launcher application, built on the library (it is the only importer of
 this package): command line and config (``cli``, ``config``), what to evaluate
 (``plan``) and how workers build it (``build``), the stages (``app``: a
-``sources`` checkpoint source -> ``session`` evaluators driven by ``sweep`` ->
-``results``) and video. ``--launcher docker`` hands the command line to the Docker
-launcher (:mod:`simeval.containers`, an application of its own). Flags simeval does
-not know are handed to ``--init-fn``; torch is imported only after the init hook
-ran. Bad input: one line on stderr, exit code 2 (``--debug`` shows the traceback).
+``sources`` source of weights x ``cells`` -> jobs run by the one ``pipeline`` on
+``session``'s evaluator slots -> ``lines`` -> ``results``) and video.
+``--launcher docker`` hands the command line to the Docker launcher
+(:mod:`simeval.containers`, an application of its own). Flags simeval does not
+know are handed to ``--init-fn``; torch is imported only after the init hook ran.
+Bad input: one line on stderr, exit code 2 (``--debug`` shows the traceback).
 Nothing here imports torch at import time.
 """
 
