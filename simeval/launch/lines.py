@@ -36,13 +36,12 @@ def ok_line(
     with_plan: bool,
 ) -> dict[str, Any]:
     """The line of ``ck``'s evaluation on ``cell`` in ``slot``, which took ``seconds`` (``with_plan``: a plain run)."""
-    plan = {"plan": plan_record(slot.plan)} if with_plan else {}
     return make_record(
         result,
         **checkpoint_fields(ck, cfg.watch),
         wall_time=round(seconds, 3),
         attempts=attempts,
-        **plan,
+        **({"plan": plan_record(slot.plan)} if with_plan else {}),
         **record_context(cell.config(cfg), slot.plan, slot.env_backend),
         **cell.context(),
     )
