@@ -60,7 +60,7 @@ def bare(num_envs: int, steps: int, device: str, repeats: int) -> list[float]:
     import gymnasium as gym
     import torch
 
-    from simeval.envs import isaaclab
+    from simeval.envs.simulators.isaaclab import env as isaaclab
 
     isaaclab.check_task(TASK)
     from isaaclab_tasks.utils import parse_env_cfg

@@ -98,7 +98,7 @@ def physics(num_envs: int, threads: int, repeats: int) -> list[float]:
     """(a): env-steps/s of ``Batch.step(nstep=frame_skip)`` with zero controls, one 1000-step episode."""
     from mujoco.batch import Batch
 
-    from simeval.envs.mujoco_tasks import get_task, load_model
+    from simeval.envs.simulators.mujoco_native.tasks import get_task, load_model
 
     task = get_task(TASK)
     batch = Batch(load_model(task), num_envs, threads)

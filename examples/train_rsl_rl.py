@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> str:
     )
     from isaaclab_tasks.utils import load_cfg_from_registry, parse_env_cfg
 
-    from simeval.envs import isaaclab
+    from simeval.envs.simulators.isaaclab import env as isaaclab
 
     isaaclab.check_task(a.task)
     env_cfg = parse_env_cfg(a.task, device=a.device, num_envs=a.num_envs)

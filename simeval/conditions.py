@@ -42,15 +42,15 @@ import numpy as np
 # Applied by simeval around any env.
 GENERIC = ("observation_noise", "action_noise", "action_delay", "action_scale")
 # Set in the simulation itself; the native MuJoCo env only.
-MUJOCO_PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
+PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
 CFG = "cfg"
-SETTINGS = (*GENERIC, *MUJOCO_PHYSICS)
+SETTINGS = (*GENERIC, *PHYSICS)
 # The kind of each setting: what a simulator must be able to do to apply it (a simulator declares the kinds
 # it applies, simeval.envs.simulators.Simulator.capabilities). Words for messages beside each kind.
 KINDS = {
     "observation": "the observation the policy sees",
     "action": "the action the env receives",
-    "mujoco_physics": "MuJoCo physics",
+    "physics": "model physics",
     "task_config": "the task's config",
 }
 KIND_OF = {
@@ -58,7 +58,7 @@ KIND_OF = {
     "action_noise": "action",
     "action_delay": "action",
     "action_scale": "action",
-    **dict.fromkeys(MUJOCO_PHYSICS, "mujoco_physics"),
+    **dict.fromkeys(PHYSICS, "physics"),
     CFG: "task_config",
 }
 # name -> (lowest allowed value, whether it may equal it, whether it is a whole number)
@@ -148,7 +148,7 @@ class Condition:
     @property
     def physics(self) -> dict[str, float | tuple[float, float]]:
         """The simulator-native settings (native MuJoCo env)."""
-        return {k: v for k, v in self.values.items() if k in MUJOCO_PHYSICS}
+        return {k: v for k, v in self.values.items() if k in PHYSICS}
 
     def settings_of(self, kind: str) -> tuple[str, ...]:
         """The settings of this condition of ``kind`` (a key of :data:`KINDS`), in file order."""
@@ -268,7 +268,10 @@ def _data_problem(value: Any) -> str | None:
         if callable(value):  # Isaac Lab's ResolvableString: a str that imports and calls what it names
             return f"{type(value).__name__} {str(value)!r} is callable, not a plain string; {CFG_DATA}"
         if callable_string(value):
-            return f"{value!r} names a callable (module:attr) or is a lambda: Isaac Lab imports or runs it; {CFG_DATA}"
+            return (
+                f"{value!r} names a callable (module:attr) or is a lambda: a task config imports or runs it; "
+                f"{CFG_DATA}"
+            )
         return None
     if isinstance(value, (list, tuple)):
         return next((p for p in map(_data_problem, value) if p), None)

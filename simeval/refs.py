@@ -16,6 +16,10 @@ MOVED_MODULES = {
     "simeval.init": "simeval.hooks",
     "simeval.launch.hooks": "simeval.hooks",
 }
+# Old reference -> current one, for a function that moved to a module of another name.
+MOVED_REFS = {
+    "simeval.hooks:isaaclab_app_launcher": "simeval.envs.simulators.isaaclab.app:app_launcher",
+}
 # Old package prefix -> current one (every reader module moved with its package).
 MOVED_PACKAGES = {"simeval.launch.formats.": "simeval.checkpoints.formats."}
 
@@ -27,7 +31,8 @@ def canonical_ref(ref: str) -> str:
     for old, new in MOVED_PACKAGES.items():
         if module_name.startswith(old):
             module_name = new + module_name[len(old) :]
-    return module_name + sep + attr
+    ref = module_name + sep + attr
+    return MOVED_REFS.get(ref, ref)
 
 
 def resolve_callable(ref: str | Callable, what: str) -> Callable:

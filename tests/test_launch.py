@@ -133,7 +133,7 @@ def test_init_fn_runs_in_the_launcher_before_torch_and_gets_apploauncher_flags(c
     }
     proc = cli(
         "--init-fn",
-        "simeval.hooks:isaaclab_app_launcher",
+        "simeval.envs.simulators.isaaclab.app:app_launcher",
         "--headless",
         "--livestream",
         "0",

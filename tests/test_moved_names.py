@@ -30,7 +30,8 @@ def test_the_shipped_checkpoints_name_the_old_factory_and_load_with_the_current_
     [
         ("simeval.launch.policies:gaussian_actor", "simeval.policies:gaussian_actor"),
         ("simeval.policies:mlp_policy", "simeval.policies:mlp_policy"),
-        ("simeval.init:isaaclab_app_launcher", "simeval.hooks:isaaclab_app_launcher"),
+        ("simeval.init:isaaclab_app_launcher", "simeval.envs.simulators.isaaclab.app:app_launcher"),
+        ("simeval.hooks:isaaclab_app_launcher", "simeval.envs.simulators.isaaclab.app:app_launcher"),
         ("simeval.launch.hooks:worker_init", "simeval.hooks:worker_init"),
         ("simeval.launch.formats.rsl_rl:actor", "simeval.checkpoints.formats.rsl_rl:actor"),
     ],

@@ -1,4 +1,4 @@
-"""Native batched MuJoCo envs (simeval.envs.mujoco) against gymnasium, and inside the Evaluator."""
+"""Native batched MuJoCo envs (simulators.mujoco_native.env) against gymnasium, and inside the Evaluator."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from tensordict import TensorDict
 from torchrl.envs.transforms import DoubleToFloat, RewardSum, StepCounter, VecNormV2
 
 from simeval import Evaluator
-from simeval.envs import NATIVE_TASKS, OBS_NORM_ID, make_env
-from simeval.envs.mujoco import MujocoBatchEnv
-from simeval.envs.mujoco_tasks import TASKS
+from simeval.envs import OBS_NORM_ID, make_env, tasks
+from simeval.envs.simulators.mujoco_native.env import MujocoBatchEnv
+from simeval.envs.simulators.mujoco_native.tasks import TASKS
+
+NATIVE_TASKS = tasks("native")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = 11
@@ -381,7 +383,7 @@ def test_models_are_gymnasiums_without_its_deprecation_warning(name):
     simeval drops the attribute and scales the masses as MuJoCo's notice says, to the same model."""
     import mujoco
 
-    from simeval.envs.mujoco_tasks import assets_dir, load_model
+    from simeval.envs.simulators.mujoco_native.tasks import assets_dir, load_model
 
     code = f"from simeval.envs import make_env; make_env({name!r}, num_envs=2).rollout(3)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

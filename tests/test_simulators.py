@@ -22,7 +22,7 @@ from simeval.envs.simulators import check_condition, registered, simulator_for
 ONE_OF_KIND = {
     "observation": {"observation_noise": 0.1},
     "action": {"action_delay": 1},
-    "mujoco_physics": {"body_mass_scale": 1.2},
+    "physics": {"body_mass_scale": 1.2},
     "task_config": {"cfg": {"episode_length_s": 5.0}},
 }
 

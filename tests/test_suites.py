@@ -161,11 +161,11 @@ def test_a_restart_evaluates_only_the_missing_cells(suite_setup, first_run, tmp_
         ("name: x\ntasks:\n  - env: HalfCheetah-v5\n    conditions: {heavy: {cfg: {body_mass: 2.0}}}\n",
          "tasks[0].conditions.heavy.cfg: cfg overrides apply to Isaac Lab and mjlab tasks only"),
         ("name: x\ntasks:\n  - env: Swimmer-v5\n    conditions: {heavy: {body_mass_scale: 1.5}}\n",
-         "tasks[0].conditions.heavy: body_mass_scale set MuJoCo physics, which only native MuJoCo changes; "
+         "tasks[0].conditions.heavy: body_mass_scale set model physics, which only native MuJoCo changes; "
          "Swimmer-v5 is built on the gymnasium backend: native MuJoCo runs HalfCheetah-v5, Hopper-v5"),
         ("name: x\ntasks:\n  - env: mjlab:Mjlab-Velocity-Flat-Unitree-Go1\n"
          "    conditions: {ice: {friction_scale: 0.2}}\n",
-         "tasks[0].conditions.ice: friction_scale set the native MuJoCo env's physics; on mjlab:"),
+         "tasks[0].conditions.ice: friction_scale set model physics directly; on mjlab:"),
     ],
 )  # fmt: skip
 def test_a_bad_suite_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, words):
@@ -198,7 +198,7 @@ def test_a_condition_the_chosen_env_backend_cannot_apply_is_refused_before_any_c
     proc = cli("--suite", suite, "--checkpoint", ck, "--env-backend", "gymnasium", "--out", str(out))
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert "conditions.heavy: body_mass_scale set MuJoCo physics, which only native MuJoCo changes" in last
+    assert "conditions.heavy: body_mass_scale set model physics, which only native MuJoCo changes" in last
     assert "built on the gymnasium backend: use backend='native'" in last
     assert "evaluating" not in proc.stdout and not (out / "results.jsonl").exists()
 

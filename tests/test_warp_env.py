@@ -28,7 +28,9 @@ import torch
 from helpers import mlp_policy
 
 from simeval import Evaluator
-from simeval.envs import OBS_NORM_ID, WARP_TASKS, make_env
+from simeval.envs import OBS_NORM_ID, make_env, tasks
+
+WARP_TASKS = tasks("warp")
 
 pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
 
@@ -248,9 +250,9 @@ def test_warp_rounds_with_frozen_vecnorm_statistics_give_the_collectors_numbers(
 
 
 def test_the_warp_env_runs_the_tensor_loop_by_default_and_the_collector_where_it_cannot():
+    from simeval.envs.simulators.mujoco_warp.steps import WarpSteps
     from simeval.settings import EvalSettings
     from simeval.worker.eval_worker import EvalWorker
-    from simeval.worker.tensor_rollout import WarpSteps
 
     def loop(**settings):
         factory = functools.partial(make_env, "HalfCheetah-v5", num_envs=2, backend="warp", device="cpu")
@@ -271,7 +273,7 @@ def test_the_warp_env_runs_the_tensor_loop_by_default_and_the_collector_where_it
 @pytest.mark.parametrize("depth", [1, 3])
 def test_resets_drawn_ahead_start_the_episodes_the_envs_own_resets_would(depth):
     """ResetsAhead at any depth (CUDA keeps 4 ahead) against the env's own host-read resets, then settled."""
-    from simeval.envs.warp_resets import ResetsAhead
+    from simeval.envs.simulators.mujoco_warp.resets import ResetsAhead
 
     mine, ref = (
         make_env("Hopper-v5", num_envs=3, backend="warp", device="cpu", obs_norm=False, seed=4, max_steps=25)
@@ -341,7 +343,7 @@ def test_bad_input_is_a_one_line_error(monkeypatch):
 
 def test_cuda_graphs_are_captured_on_the_main_thread_only_unless_asked():
     """A thread-backend worker beside a trainer must not capture (CUDA error 906 on an H200); process workers do."""
-    from simeval.envs.warp import graphs_wanted
+    from simeval.envs.simulators.mujoco_warp.env import graphs_wanted
 
     seen = {}
     worker = threading.Thread(target=lambda: seen.update(default=graphs_wanted(None), asked=graphs_wanted(True)))

@@ -1,32 +1,21 @@
-"""Batched simulator envs: native MuJoCo, gymnasium, MuJoCo Warp and Isaac Lab, one transform layout.
+"""Batched simulator envs, one transform layout, whatever simulator of :mod:`simeval.envs.simulators` builds them.
 
 Importing this package loads no NumPy, torch or MuJoCo: :mod:`simeval.envs.catalog`
-names what each backend runs, :func:`make_env` imports the simulator it builds.
+names what each simulator runs, :func:`make_env` imports the simulator it builds.
 """
 
 from __future__ import annotations
 
-from simeval.envs.catalog import (
-    ENV_BACKENDS,
-    MUJOCO_TASKS,
-    NATIVE_TASKS,
-    WARP_TASKS,
-    check_condition,
-    check_env,
-    env_backend,
-    task_config,
-)
+from simeval.envs.catalog import check_condition, check_env, env_backend, env_backends, task_config, tasks
 from simeval.envs.make import OBS_NORM_ID, make_env
 
 __all__ = [
-    "ENV_BACKENDS",
-    "MUJOCO_TASKS",
-    "NATIVE_TASKS",
     "OBS_NORM_ID",
-    "WARP_TASKS",
     "check_condition",
     "check_env",
     "env_backend",
+    "env_backends",
     "make_env",
     "task_config",
+    "tasks",
 ]

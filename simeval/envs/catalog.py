@@ -9,28 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from simeval.envs.simulators import (
-    MUJOCO_TASKS,
-    NATIVE_TASKS,
-    WARP_TASKS,
-    check_condition,
-    simulator_for,
-)
+from simeval.envs.simulators import check_condition, env_backends, simulator_for, tasks
 
 __all__ = [
-    "ENV_BACKENDS",
-    "MUJOCO_TASKS",
-    "NATIVE_TASKS",
-    "WARP_TASKS",
     "check_condition",
     "check_env",
     "env_backend",
+    "env_backends",
     "task_config",
+    "tasks",
 ]
-
-# The simulators of gymnasium ids built in (make_env's backend=, --env-backend); env_backends() adds plugins'.
-ENV_BACKENDS = ("native", "gymnasium", "warp")
-
 
 def env_backend(name: str, backend: str | None = None) -> str:
     """The simulator ``make_env`` uses for the gymnasium id ``name``: ``backend`` checked, or the id's default."""
@@ -38,7 +26,7 @@ def env_backend(name: str, backend: str | None = None) -> str:
 
 
 def check_env(name: str, backend: str | None = None) -> str:
-    """The simulator that will run ``name`` (isaaclab, mjlab, native, gymnasium or warp), checked before any worker.
+    """The name of the simulator that will run ``name``, checked before any worker starts.
 
     Installed, and ``name`` one it builds: a one-line ValueError naming the env otherwise.
     A gymnasium id is checked against gymnasium's registry before ``backend`` is.
@@ -49,7 +37,7 @@ def check_env(name: str, backend: str | None = None) -> str:
 
 
 def task_config(name: str) -> Any | None:
-    """The env config of ``isaaclab:<task>`` or ``mjlab:<task>``, built without its env (no simulation); else None.
+    """The env config of a task changed through its config, built without its env (no simulation); else None.
 
     What a suite's ``cfg`` overrides are checked against when the suite is loaded.
     None where it cannot be built in this process: another kind of env, the

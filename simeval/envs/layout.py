@@ -1,13 +1,91 @@
-"""The transform layout every simeval env ends in, whatever simulator is below it."""
+"""The transform layout every simeval env ends in, whatever simulator is below it, and how to read it back.
+
+:func:`append_layout` builds it; :func:`unwrap` and :func:`plain_transforms` read it back for the
+simulators' own round loops (:meth:`simeval.envs.simulators.Simulator.round_source`), which run
+only where they reproduce it exactly.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase, TransformedEnv
 
     from simeval.conditions import Condition
+
+
+@dataclass
+class PlainTransforms:
+    """The transforms of make_env's layout that a loop without the Collector reproduces."""
+
+    counters: list  # StepCounters (their max_steps caps are read at each round's start)
+    vecnorm: object | None  # a VecNormV2 on "observation", frozen during rounds
+
+
+def as_key(key: str | tuple[str, ...]) -> tuple:
+    """A key as a tuple."""
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def unwrap(env: EnvBase) -> tuple[EnvBase, list]:
+    """The base env under every TransformedEnv layer, and every transform, innermost first."""
+    from torchrl.envs import Compose, TransformedEnv
+
+    layers = []
+    while isinstance(env, TransformedEnv):
+        layers.append(env.transform)
+        env = env.base_env
+    flat = [t for layer in reversed(layers) for t in (layer if isinstance(layer, Compose) else [layer])]
+    return env, flat
+
+
+def resets_itself(env: EnvBase) -> bool:
+    """Whether ``env`` resets finished sub-envs inside ``step`` (torchrl's native auto-reset: Isaac Lab's, mjlab's).
+
+    Such an env has no "next" RewardSum or StepCounter values at an episode's last step. Read
+    from the instance dict, as torchrl does: getattr on a batched env forwards to its sub-envs,
+    and every TransformedEnv copies the flag of the env it wraps.
+    """
+    return bool(env.__dict__.get("_torchrl_native_autoreset", False))
+
+
+def plain_transforms(transforms: list) -> PlainTransforms | None:
+    """make_env's transforms (DoubleToFloat, StepCounters, a frozen VecNormV2 on "observation", RewardSum).
+
+    None if any other transform, or any of these with other keys or settings, is among ``transforms``.
+    DoubleToFloat is taken for a no-op: the base env must have no float64 outputs.
+    """
+    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
+    from torchrl.envs.transforms import VecNormV2
+
+    found = PlainTransforms([], None)
+    for t in transforms:
+        if isinstance(t, DoubleToFloat):
+            continue
+        if isinstance(t, StepCounter):
+            if t.step_count_key != "step_count" or not t.update_done:
+                return None
+            found.counters.append(t)
+        elif isinstance(t, RewardSum):
+            if [as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
+                return None
+        elif type(t) is VecNormV2:
+            if found.vecnorm is not None or not t.stateful or [as_key(k) for k in t.in_keys] != [("observation",)]:
+                return None
+            if [as_key(k) for k in t.out_keys] != [("observation",)]:
+                return None
+            found.vecnorm = t
+        else:
+            return None
+    return found
+
+
+def step_cap(transforms: PlainTransforms) -> int | None:
+    """The smallest ``max_steps`` of the StepCounters (read at a round's start: the worker sets it), or None."""
+    caps = [c.max_steps for c in transforms.counters if c.max_steps is not None]
+    return min(caps) if caps else None
 
 
 def perturbed(base: EnvBase, condition: Condition) -> EnvBase:

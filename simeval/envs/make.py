@@ -49,8 +49,8 @@ def make_env(
 
     Args:
         name: gymnasium id (the MuJoCo v5 tasks are tested; others may work),
-            ``isaaclab:<task>`` for an Isaac Lab task (:mod:`simeval.envs.isaaclab`), or
-            ``mjlab:<task>`` for an mjlab task (:mod:`simeval.envs.mjlab`; on both
+            ``isaaclab:<task>`` for an Isaac Lab task (:mod:`simeval.envs.simulators.isaaclab.env`), or
+            ``mjlab:<task>`` for an mjlab task (:mod:`simeval.envs.simulators.mjlab.env`; on both
             ``render``, ``backend``, ``num_threads`` do not apply).
         num_envs: sub-envs stepped together (batch size ``[num_envs]``).
         max_steps: episode cap enforced by a StepCounter (truncation);

@@ -26,6 +26,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.transforms import Transform
 
 from simeval.conditions import Condition, episode_seed, round_seed
+from simeval.envs.layout import resets_itself
 
 # splitmix64's constants, as signed int64 (torch has no uint64 arithmetic).
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
@@ -105,8 +106,7 @@ class Perturb(Transform):
         if self._state is not None:
             return self._state
         env = self._env()
-        # Read the instance dict as torchrl does (getattr on a batched env forwards to its sub-envs).
-        self._native_autoreset = bool(self.parent.__dict__.get("_torchrl_native_autoreset", False))
+        self._native_autoreset = resets_itself(self.parent)
         n = max(1, int(torch.Size(env.batch_size).numel()))
         device = env.device or torch.device("cpu")
         if self.observation_keys is None:

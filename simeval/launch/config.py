@@ -17,7 +17,6 @@ from typing import Any
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
 from simeval.checkpoints.bounds import parse_size
 from simeval.checkpoints.formats import names as _format_names
-from simeval.envs import ENV_BACKENDS  # the built-in simulators of gymnasium ids: native, gymnasium, warp
 from simeval.envs.simulators import env_backends, env_id_forms
 from simeval.yaml_files import YamlError, read_yaml
 
@@ -59,7 +58,9 @@ class LaunchConfig:
         show_default=False,
     )
     env_backend: str | None = _opt(
-        None, f"MuJoCo envs: {', '.join(ENV_BACKENDS)} (default: native for the tasks it has, else gymnasium)"
+        None,
+        f"the simulator of a gymnasium id: {', '.join(env_backends())} "
+        "(default: native for the tasks it has, else gymnasium)",
     )
     num_envs: int = _opt(8, "batched sub-envs")
     episodes: int = _opt(16, "complete episodes per evaluation")
@@ -71,7 +72,7 @@ class LaunchConfig:
     max_steps: int | None = _opt(1000, "episode cap")
     seed: int | None = _opt(0, "env seed, the same every round")
     init_fn: str | None = _opt(
-        None, "module:function run first, before torch (e.g. simeval.hooks:isaaclab_app_launcher)"
+        None, "module:function run first, before torch (e.g. simeval.envs.simulators.isaaclab.app:app_launcher)"
     )
     policy: str | None = _opt(None, "module:factory building the policy from the env (default: the checkpoint's)")
     policy_kwargs: dict = _opt(dict, "JSON keyword arguments for --policy", json=True)

@@ -1,21 +1,22 @@
-"""Rounds on the native MuJoCo env without torchrl's Collector, optionally with two groups overlapped.
+"""The direct round engine: rounds on a grouped NumPy env without torchrl's Collector, groups overlapped.
 
 Per step this loop does in NumPy and one policy call what a Collector over a
 TransformedEnv does with a dozen TensorDict operations: on a 2-core machine at
-256 envs, a third of the round's time. With an env built with ``groups=2``
-(:mod:`simeval.envs.mujoco_group`) a helper thread steps one group's physics (one
-C call that releases the GIL) while this thread reads the other group's results,
-resets its finished sub-envs and runs the policy on it: EnvPool's async idea,
-with two fixed groups so that every sub-env's steps, and so every number, are
-what a Collector over the same env gives.
+256 envs, a third of the round's time. With an env of two groups a helper thread
+steps one group's physics (one C call that releases the GIL) while this thread
+reads the other group's results, resets its finished sub-envs and runs the policy
+on it: EnvPool's async idea, with two fixed groups so that every sub-env's steps,
+and so every number, are what a Collector over the same env gives.
 
-It replaces the Collector only where it reproduces it exactly: the env is a
-:class:`~simeval.envs.mujoco.MujocoBatchEnv` under make_env's transforms
-(DoubleToFloat, StepCounter, a frozen VecNormV2 on "observation", RewardSum), the
-policy reads "observation" only and writes "action", and nothing asks for what
-only the Collector keeps (trajectories for ``metrics_fn``, frames, info keys, a
-custom collector or batch size). Anything else runs on the Collector
-(:func:`plan` returns None); ``collector_cls="Collector"`` asks for it.
+The env comes from the simulator that built it: its
+:meth:`~simeval.envs.simulators.Simulator.round_source` returns a
+:class:`~simeval.envs.simulators.DirectRound` (the env with the grouped interface it
+documents, and make_env's transforms: DoubleToFloat, StepCounter, a frozen VecNormV2 on
+"observation", RewardSum) where this loop reproduces the Collector; the native MuJoCo
+env is such an env. It runs only where the policy reads "observation" and writes
+"action" and nothing asks for what only the Collector keeps (trajectories for
+``metrics_fn``, frames, info keys, a custom collector or batch size):
+:mod:`simeval.worker.engines` chooses; ``collector_cls="Collector"`` asks for the Collector.
 """
 
 from __future__ import annotations
@@ -29,54 +30,28 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from simeval.envs.layout import PlainTransforms, step_cap
 from simeval.errors import Cancelled
 from simeval.worker.rollout import Episodes
-from simeval.worker.round_parts import (
-    PlainTransforms,
-    collector_only,
-    layout,
-    loc_scale,
-    plain_transforms,
-    policy_device,
-    policy_module,
-    step_cap,
-)
+from simeval.worker.round_parts import loc_scale, policy_device, policy_module
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
     from torchrl.envs.utils import ExplorationType
 
-    from simeval.envs.mujoco import MujocoBatchEnv
-    from simeval.envs.mujoco_group import SimGroup
-    from simeval.settings import EvalSettings
-
-
-def _transforms(env: EnvBase) -> tuple[MujocoBatchEnv, PlainTransforms] | None:
-    """The native base env and the transforms around it, or None if any is one this loop cannot reproduce."""
-    from simeval.envs.mujoco import MujocoBatchEnv
-
-    env, transforms = layout(env)
-    if type(env) is not MujocoBatchEnv or (env.device is not None and env.device.type != "cpu"):
-        return None
-    found = plain_transforms(transforms)
-    return None if found is None else (env, found)
-
-
-def plan(env: EnvBase, policy: Any, settings: EvalSettings, recording: bool) -> DirectRollout | None:
-    """A direct rollout for ``env`` and ``policy`` under ``settings``, or None where the Collector must run."""
-    if collector_only(policy, settings, recording):
-        return None
-    found = _transforms(env)
-    if found is None:
-        return None
-    base, transforms = found
-    return DirectRollout(env, base, transforms, policy)
 
 
 class DirectRollout:
-    """Runs rounds of exactly the given per-sub-env episode quotas on a native env, groups overlapped."""
+    """Runs rounds of exactly the given per-sub-env episode quotas on a grouped env, groups overlapped.
 
-    def __init__(self, env: EnvBase, base: MujocoBatchEnv, transforms: PlainTransforms, policy: Any) -> None:
+    Args:
+        env: the transformed env (reset through its transforms at each round's start).
+        base: the grouped env under it (a :class:`~simeval.envs.simulators.DirectRound`'s ``base``).
+        transforms: make_env's transforms around it.
+        policy: the policy ("observation" -> "action").
+    """
+
+    def __init__(self, env: EnvBase, base: Any, transforms: PlainTransforms, policy: Any) -> None:
         self.env, self.base, self.t, self.policy = env, base, transforms, policy
         self.device = policy_device(policy)
         self.module = policy_module(policy)
@@ -168,10 +143,8 @@ class _Round:
         if self.stop.is_set():
             raise Cancelled("evaluation cancelled by shutdown()")
 
-    def _launch(self, g: SimGroup) -> None:
+    def _launch(self, g: Any) -> None:
         """Run the policy on group ``g``'s (normalised) observations and set its controls."""
-        from simeval.envs.mujoco import action_rows  # loaded already: plan() found a MujocoBatchEnv
-
         obs = torch.from_numpy(self.obs[g.rows])
         if self.norm is not None:
             loc, scale = self.norm
@@ -183,7 +156,7 @@ class _Round:
             action = p.module(obs)
         else:
             action = p.policy(TensorDict({"observation": obs}, batch_size=[g.size], device=p.device)).get("action")
-        g.begin(action_rows(action, g.size))
+        g.begin(p.base.action_rows(action, g.size))
 
     def _land(self, i: int) -> None:
         """Read group ``i``'s step: rewards, ends, episode records, resets (as the Collector's env step)."""
@@ -239,8 +212,7 @@ class _Round:
     def _episodes(self, seconds: float, started_at: float) -> Episodes:
         """The kept episodes in (sub-env, ordinal) order, as ``rollout.run_round`` gives them.
 
-        No success lists: the native tasks report no success flag, and rounds with ``info_keys`` run on
-        the Collector (see :func:`plan`).
+        No success lists: rounds with ``info_keys`` run on the Collector.
         """
         records = sorted(self.records)
         return Episodes(

@@ -14,6 +14,7 @@ policy's train mode) are restored afterwards.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -24,11 +25,12 @@ from torch import nn
 
 from simeval import metrics
 from simeval.conditions import episode_seed, round_seed
+from simeval.envs.layout import resets_itself
 from simeval.records import append_record, make_record
-from simeval.settings import EvalSettings, RoundOverrides
+from simeval.settings import EvalSettings, RoundOverrides, as_info_keys
 from simeval.shards import Shard, sub_env_seed
 from simeval.weights import load_weights, resolve_model
-from simeval.worker import direct_rollout, tensor_rollout, vecnorm
+from simeval.worker import engines, vecnorm
 from simeval.worker.frames import FrameBuffer, can_render
 from simeval.worker.rollout import Episodes, StoppablePolicy, run_round
 from simeval.worker.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
@@ -51,18 +53,6 @@ def _collector_cls(cls_or_name: type | str | None) -> type:
         except AttributeError:
             raise ValueError(f"unknown collector_cls {cls_or_name!r} in torchrl.collectors.") from None
     return cls_or_name
-
-
-def _own_time_limit(env: EnvBase) -> int | None:
-    """The episode length in steps at which an env that resets itself ends episodes (Isaac Lab's), else None.
-
-    Batches that divide it end rounds of full-length episodes on a batch boundary, with no steps wasted.
-    """
-    if not env.__dict__.get("_torchrl_native_autoreset", False):
-        return None
-    gym_env = vecnorm.innermost(env).__dict__.get("_env")  # the instance dict: no forwarding to sub-envs
-    limit = getattr(getattr(gym_env, "unwrapped", None), "max_episode_length", None)
-    return int(limit) if isinstance(limit, (int, float)) and limit > 0 else None
 
 
 def _episode_return_key(env: EnvBase, reward_key: tuple) -> tuple | None:
@@ -148,8 +138,8 @@ class EvalWorker:
         self._owns_env = env is None
         self.stop = stop or threading.Event()
         self._collector = None
-        # rounds without the Collector (the native env's, Isaac Lab's, the Warp env's), where they reproduce it
-        self._direct: direct_rollout.DirectRollout | tensor_rollout.TensorRollout | None = None
+        # rounds without the Collector, where the simulator's engine reproduces it (simeval.worker.engines)
+        self._direct: engines.RoundEngine | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
         self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)
         self._frames: FrameBuffer | None = None
@@ -166,15 +156,17 @@ class EvalWorker:
         if owns_policy:
             self.policy = self._policy_factory(self.env)
         self._device = self._policy_device(owns_policy)
+        declared = () if self.settings.info_keys else engines.info_keys(self.env)
+        if declared:  # the simulator's per-step keys (e.g. a success flag), where the caller named none
+            self.settings = dataclasses.replace(self.settings, info_keys=as_info_keys(declared))
         if (self.owns_process or self.owns_thread) and self._device.type == "cpu":
             # One intra-op thread: small CPU policies run faster, a second one fights the
             # simulator's threads for the cores, and an eval worker beside training should
             # not take every core from it.
             torch.set_num_threads(1)
-        # An env that resets itself inside step (Isaac Lab, torchrl's native_autoreset) has no "next"
-        # RewardSum/StepCounter values at an episode's last step: the tally sums rewards and counts steps.
-        # Read the instance dict as torchrl does: getattr on a batched env forwards to its sub-envs.
-        self._native_autoreset = bool(self.env.__dict__.get("_torchrl_native_autoreset", False))
+        # An env that resets itself inside step has no "next" RewardSum/StepCounter values at an
+        # episode's last step: the tally sums rewards and counts steps.
+        self._native_autoreset = resets_itself(self.env)
         self._episode_return_key = (
             None if self._native_autoreset else _episode_return_key(self.env, self.settings.reward_key)
         )
@@ -186,10 +178,8 @@ class EvalWorker:
             self._collector = self._make_collector(rollout_env)
         self._rollout_env = self._collector.env
         recording = self._frames is not None
-        self._direct = direct_rollout.plan(self._rollout_env, self.policy, self.settings, recording)
-        if self._direct is None:
-            horizon = self._collector.requested_frames_per_batch // self._num_envs
-            self._direct = tensor_rollout.plan(self._rollout_env, self.policy, self.settings, recording, horizon)
+        horizon = self._collector.requested_frames_per_batch // self._num_envs
+        self._direct = engines.choose(self._rollout_env, self.policy, self.settings, recording, horizon)
 
     def _policy_device(self, owns_policy: bool) -> torch.device:
         """Where the policy runs: ``settings.device`` (a policy this worker built is moved there), else its own."""
@@ -233,7 +223,7 @@ class EvalWorker:
 
     def _make_collector(self, env: EnvBase) -> BaseCollector:
         settings = self.settings
-        max_steps = settings.max_steps if settings.max_steps is not None else _own_time_limit(env)
+        max_steps = settings.max_steps if settings.max_steps is not None else engines.episode_length(env)
         fpb = settings.frames_per_batch or self._num_envs * batch_steps(max_steps, self._num_envs)
         fpb = -(-fpb // self._num_envs) * self._num_envs  # a whole number of steps per sub-env
         kwargs = dict(settings.collector_kwargs or {})

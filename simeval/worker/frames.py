@@ -40,7 +40,7 @@ def can_render(env: EnvBase) -> bool:
 def render_first(env: EnvBase) -> np.ndarray:
     """Sub-env 0 of a batched env as an (H, W, 3) uint8 frame.
 
-    The native env (``simeval.envs.mujoco``) renders sub-env 0 itself; a
+    The native env (``simeval.envs.simulators.mujoco_native.env``) renders sub-env 0 itself; a
     gymnasium vector env under torchrl's GymWrapper renders through its first
     sub-env (built with ``render_mode="rgb_array"``).
     """

@@ -1,88 +1,26 @@
-"""What the round loops without torchrl's Collector share (the native loop and the tensor loops).
+"""What the round loops without torchrl's Collector share (the direct loop and the tensor loop).
 
-Whether a round may run without the Collector (:func:`collector_only`), make_env's
-transforms as such a loop reproduces them (:func:`plain_transforms`), a frozen VecNormV2's
+Whether a round may run without the Collector (:func:`collector_only`), a frozen VecNormV2's
 arithmetic (:func:`loc_scale`), and the policy's plain module and device. Neither loop
-owns these: :mod:`simeval.worker.direct_rollout` (native MuJoCo) and
-:mod:`simeval.worker.tensor_rollout` (Isaac Lab, mjlab, MuJoCo Warp) both read them.
+owns these: :mod:`simeval.worker.direct_rollout` and :mod:`simeval.worker.tensor_rollout`
+both read them. make_env's transforms as such a loop reproduces them are read by
+:mod:`simeval.envs.layout`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict.nn import TensorDictModule
 
+from simeval.envs.layout import as_key
+
 if TYPE_CHECKING:
-    from torchrl.envs import EnvBase
     from torchrl.envs.transforms import VecNormV2
 
     from simeval.settings import EvalSettings
-
-
-@dataclass
-class PlainTransforms:
-    """The transforms of make_env's layout that a loop without the Collector reproduces."""
-
-    counters: list  # StepCounters (their max_steps caps are read at each round's start)
-    vecnorm: object | None  # a VecNormV2 on "observation", frozen during rounds
-
-
-def as_key(key: str | tuple[str, ...]) -> tuple:
-    """A key as a tuple."""
-    return (key,) if isinstance(key, str) else tuple(key)
-
-
-def layout(env: EnvBase) -> tuple[EnvBase, list]:
-    """The base env under every TransformedEnv layer, and every transform, innermost first."""
-    from torchrl.envs import Compose, TransformedEnv
-
-    layers = []
-    while isinstance(env, TransformedEnv):
-        layers.append(env.transform)
-        env = env.base_env
-    flat = [t for layer in reversed(layers) for t in (layer if isinstance(layer, Compose) else [layer])]
-    return env, flat
-
-
-def plain_transforms(transforms: list) -> PlainTransforms | None:
-    """make_env's transforms (DoubleToFloat, StepCounters, a frozen VecNormV2 on "observation", RewardSum).
-
-    None if any other transform, or any of these with other keys or settings, is among ``transforms``.
-    DoubleToFloat is taken for a no-op: the base env must have no float64 outputs.
-    """
-    from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
-    from torchrl.envs.transforms import VecNormV2
-
-    found = PlainTransforms([], None)
-    for t in transforms:
-        if isinstance(t, DoubleToFloat):
-            continue
-        if isinstance(t, StepCounter):
-            if t.step_count_key != "step_count" or not t.update_done:
-                return None
-            found.counters.append(t)
-        elif isinstance(t, RewardSum):
-            if [as_key(k) for k in t.in_keys] != [("reward",)] or t.reset_keys not in (None, ["_reset"]):
-                return None
-        elif type(t) is VecNormV2:
-            if found.vecnorm is not None or not t.stateful or [as_key(k) for k in t.in_keys] != [("observation",)]:
-                return None
-            if [as_key(k) for k in t.out_keys] != [("observation",)]:
-                return None
-            found.vecnorm = t
-        else:
-            return None
-    return found
-
-
-def step_cap(transforms: PlainTransforms) -> int | None:
-    """The smallest ``max_steps`` of the StepCounters (read at a round's start: the worker sets it), or None."""
-    caps = [c.max_steps for c in transforms.counters if c.max_steps is not None]
-    return min(caps) if caps else None
 
 
 def collector_only(policy: Any, settings: EvalSettings, recording: bool) -> bool:

@@ -1,4 +1,4 @@
-"""Rounds on tensor-batched envs (Isaac Lab, MuJoCo Warp) without torchrl's Collector: the Collector's numbers.
+"""The tensor round engine: rounds on tensor-batched envs without torchrl's Collector, with the Collector's numbers.
 
 A Collector over ``make_env("isaaclab:...")`` pays per step for a dozen
 TensorDict operations, the transforms, and a TensorDict of Isaac Lab's log
@@ -13,33 +13,20 @@ number (returns, lengths, flags, Isaac Lab's ``extras["log"]`` at each
 episode's end, the first-done reward, the env steps) is the Collector path's,
 bit for bit.
 
-The env steps come from one of two sources:
+The steps come from the simulator that built the env: its
+:meth:`~simeval.envs.simulators.Simulator.round_source` returns a
+:class:`~simeval.envs.simulators.TensorRound` (the steps, the frozen VecNormV2) where
+this loop reproduces the Collector over its env, e.g. Isaac Lab's own ``step`` (finished
+sub-envs reset inside it, ``extras["log"]`` read at episode ends) or MuJoCo Warp's device
+steps with resets drawn ahead.
 
-* Isaac Lab (:class:`IsaacLabSteps`): its gymnasium env under torchrl's
-  wrapper. It resets finished sub-envs inside ``step`` (torchrl's native
-  auto-reset), so the observation a step returns is already the next episode's
-  first for them, and ``extras["log"]`` holds the values it logged at those
-  resets: a reference to its entries is kept at every step, and turned into
-  numbers only at steps where an episode ended, once per batch.
-* the MuJoCo Warp env (:class:`WarpSteps`): :meth:`WarpBatchEnv.advance
-  <simeval.envs.warp.WarpBatchEnv.advance>`, then the finished sub-envs reset
-  from states drawn ahead onto the device (:class:`~simeval.envs.warp_resets.ResetsAhead`),
-  driven by the done mask without a host read. Episode returns are summed on
-  the device in float32, as the Collector path's RewardSum sums them.
-
-It runs where it reproduces the Collector: the env is one of these under
-:func:`simeval.envs.make_env`'s layout (DoubleToFloat, a StepCounter, a frozen
-VecNormV2 on "observation", RewardSum; on Isaac Lab also the wrapper's own
-VecGymEnvTransform and the rename of a manager-based task's ``policy`` group,
-and no StepCounter cap), and nothing asks for what only the Collector gives
-(:func:`simeval.worker.round_parts.collector_only`). A suite condition
-(``Perturb``) runs on the Collector.
+It runs only where nothing asks for what only the Collector gives
+(:func:`simeval.worker.round_parts.collector_only`); :mod:`simeval.worker.engines` chooses.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -50,141 +37,12 @@ from tensordict import TensorDict
 from simeval.errors import Cancelled
 from simeval.worker import episode_ends
 from simeval.worker.rollout import Episodes, RoundTally
-from simeval.worker.round_parts import (
-    as_key,
-    collector_only,
-    layout,
-    loc_scale,
-    plain_transforms,
-    policy_device,
-    policy_module,
-    step_cap,
-)
+from simeval.worker.round_parts import loc_scale, policy_device, policy_module
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
     from torchrl.envs.utils import ExplorationType
 
-    from simeval.settings import EvalSettings
-
-
-def _isaaclab_parts(env: EnvBase) -> tuple[Any, Any, list[str]] | None:
-    """(torchrl's IsaacLabWrapper, the VecNormV2 or None, Isaac Lab's log names), or None if the layout differs."""
-    from torchrl.envs import DoubleToFloat, RenameTransform, RewardSum, StepCounter
-    from torchrl.envs.transforms import VecGymEnvTransform, VecNormV2
-
-    if not env.__dict__.get("_torchrl_native_autoreset", False):
-        return None
-    try:
-        from torchrl.envs.libs.isaac_lab import IsaacLabWrapper
-    except ImportError:
-        return None
-    env, transforms = layout(env)
-    if not isinstance(env, IsaacLabWrapper) or env.from_tiled_camera:
-        return None
-    vecnorm = None
-    for t in transforms:
-        if isinstance(t, (VecGymEnvTransform, DoubleToFloat)):  # no-ops on Isaac Lab's float32 data here
-            continue
-        if type(t) is RenameTransform:
-            keys = [[as_key(k) for k in ks] for ks in (t.in_keys, t.out_keys)]
-            if keys != [[("policy",)], [("observation",)]]:
-                return None
-        elif type(t) is StepCounter:
-            if t.max_steps is not None:  # Isaac Lab's episode length is its own time limit
-                return None
-        elif type(t) is RewardSum:
-            if [as_key(k) for k in t.in_keys] != [("reward",)]:
-                return None
-        elif type(t) is VecNormV2:
-            keys = [[as_key(k) for k in ks] for ks in (t.in_keys, t.out_keys)]
-            if vecnorm is not None or not t.stateful or keys != [[("observation",)], [("observation",)]]:
-                return None
-            vecnorm = t
-        else:
-            return None
-    from simeval.envs.isaaclab_log import IsaacLogReader
-
-    readers = list(env.info_dict_reader)
-    if any(type(r) is not IsaacLogReader for r in readers):
-        return None
-    names = readers[0].names if readers else []
-    return env, vecnorm, names
-
-
-def _warp_parts(env: EnvBase) -> tuple[Any, Any] | None:
-    """(the WarpBatchEnv, its plain transforms), or None if the layout differs."""
-    warp_envs = sys.modules.get("simeval.envs.warp")  # not loaded: no Warp env was built
-    base, transforms = layout(env)
-    if warp_envs is None or type(base) is not warp_envs.WarpBatchEnv:
-        return None
-    found = plain_transforms(transforms)
-    return None if found is None else (base, found)
-
-
-def plan(
-    env: EnvBase, policy: Any, settings: EvalSettings, recording: bool, steps_per_batch: int
-) -> TensorRollout | None:
-    """A tensor-loop rollout for ``env`` and ``policy``, or None where the Collector must run.
-
-    ``steps_per_batch`` is the Collector's batch length (frames per batch / sub-envs): the
-    tally reads the steps in batches of that many, as it reads the Collector's.
-    """
-    if collector_only(policy, settings, recording):
-        return None
-    found = _isaaclab_parts(env)
-    if found is not None:
-        wrapper, vecnorm, names = found
-        return TensorRollout(env, IsaacLabSteps(wrapper, names), vecnorm, policy, steps_per_batch)
-    found = _warp_parts(env)
-    if found is not None:
-        base, transforms = found
-        return TensorRollout(env, WarpSteps(base, transforms), transforms.vecnorm, policy, steps_per_batch)
-    return None
-
-
-class IsaacLabSteps:
-    """Steps of an Isaac Lab env under torchrl's IsaacLabWrapper: its gymnasium env's own ``step``."""
-
-    running_return = False  # the Collector path sums rewards itself on natively auto-reset envs
-
-    def __init__(self, wrapper: Any, log_names: list[str]) -> None:
-        self.gym_env, self.log_names = wrapper._env, list(log_names)
-
-    def start(self) -> None:
-        """Nothing to prepare: Isaac Lab resets finished sub-envs itself."""
-
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
-        """(next observation, reward, terminated, truncated, Isaac Lab's log entries or None)."""
-        observations, reward, terminated, truncated, extras = self.gym_env.step(action)
-        log = extras.get("log") if isinstance(extras, dict) else None
-        return observations["policy"], reward, terminated, truncated, dict(log) if log else None
-
-
-class WarpSteps:
-    """Steps of the MuJoCo Warp env with finished sub-envs reset on the device (no per-step host read)."""
-
-    running_return = True  # the Collector path reads RewardSum's float32 running sums
-
-    log_names: list[str] = []
-
-    def __init__(self, base: Any, transforms: Any) -> None:
-        self.base, self.transforms = base, transforms
-        self.resets = None
-        self.cap: int | None = None
-
-    def start(self) -> None:
-        """Draw the reset states ahead (the env was just reset) and read the StepCounter cap of this round."""
-        from simeval.envs.warp_resets import ResetsAhead
-
-        self.resets = ResetsAhead(self.base)
-        self.cap = step_cap(self.transforms)
-
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        """(next observation, reward, terminated, truncated, None); finished sub-envs are reset already."""
-        reward, terminated, truncated = self.base.advance(action, self.cap)
-        self.resets.take(terminated | truncated)
-        return self.base.observe(), reward, terminated, truncated, None
 
 
 class TensorRollout:
@@ -192,7 +50,7 @@ class TensorRollout:
 
     Args:
         env: the transformed env (reset through its transforms at each round's start).
-        steps: where the steps come from (:class:`IsaacLabSteps` or :class:`WarpSteps`).
+        steps: where the steps come from (a :class:`~simeval.envs.simulators.TensorRound`'s ``steps``).
         vecnorm: the frozen VecNormV2 on "observation", or None.
         policy: the policy ("observation" -> "action").
         steps_per_batch: the Collector's batch length, the tally's unit.

@@ -120,7 +120,7 @@ def rsl_rl(a) -> None:
 
     import simeval
     from simeval.checkpoints.formats.rsl_rl_net import RslRlActor
-    from simeval.envs import isaaclab
+    from simeval.envs.simulators.isaaclab import env as isaaclab
     from simeval.weights import load_weights
 
     task = TASK.split(":", 1)[1]

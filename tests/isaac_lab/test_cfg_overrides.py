@@ -244,7 +244,8 @@ def _suites(tmp: str) -> dict:
 def _probe(out: str) -> None:
     import torch
 
-    from simeval.envs import isaaclab_offline, make_env
+    from simeval.envs import make_env
+    from simeval.envs.simulators.isaaclab import offline as isaaclab_offline
 
     refused, suites = _refused(), _suites(os.path.dirname(out))
     bad = error_of(lambda: make_env(TASK, num_envs=4, device="cpu", cfg_overrides={"events.add_pole_mas.params.x": 1}))

@@ -128,7 +128,7 @@ def test_launcher_evaluates_a_checkpoint_and_records_isaac_metrics(tmp_path):
     proc = launch(
         "--env", TASK, "--checkpoint", ckpt, "--episodes", "8", "--num-envs", "4", "--max-steps", "100",
         "--device", "cpu", "--backend", "process",
-        "--init-fn", "simeval.hooks:isaaclab_app_launcher", "--out", str(out),
+        "--init-fn", "simeval.envs.simulators.isaaclab.app:app_launcher", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = read_results(out)

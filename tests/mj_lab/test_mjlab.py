@@ -240,7 +240,7 @@ def test_bad_mjlab_input_is_one_line():
         make_env("mjlab:Mjlab-No-Such-Task")
     with pytest.raises(EnvError, match=r"tracks a motion clip that mjlab does not ship"):
         make_env("mjlab:Mjlab-Tracking-Flat-Unitree-G1")
-    with pytest.raises(ValueError, match=r"body_mass_scale set the native MuJoCo env's physics; on mjlab:"):
+    with pytest.raises(ValueError, match=r"body_mass_scale set model physics directly; on mjlab:"):
         make_env(TASK, condition={"body_mass_scale": 1.5})
     with pytest.raises(ValueError, match=r"^cfg override 'commands\.twist\.nope': 'nope' is not in commands\.twist"):
         make_env(TASK, num_envs=1, cfg_overrides={"commands.twist.nope": 1})
@@ -333,7 +333,7 @@ def test_returns_equal_a_bare_loop_over_the_env_across_batches():
     unfinished episode's return from one Collector batch into the next. The cartpole's 20-step episodes (it only
     times out) in the default batches (20 steps: one episode each) and in batches of 7 steps, which split them.
     It also holds each step's own reward and end flags: torchrl's MJLabWrapper returns views of mjlab's buffers,
-    which the next step overwrites (simeval.envs.mjlab_log copies them).
+    which the next step overwrites (simeval.envs.simulators.mjlab.log copies them).
     """
     from helpers import mlp_policy
     from returns_oracle import assert_same_episodes, bare_loop

@@ -172,7 +172,8 @@ def _architecture(
         last = any(present[:-1]) or len(present) == 1
         activations = [DEFAULT_ACTIVATION if (last if p is None else p) else None for p in present]
         source = (
-            f"inferred from the weights (activation: {DEFAULT_ACTIVATION}, Isaac Lab's skrl default; output: ACTIONS)"
+            f"inferred from the weights (activation: {DEFAULT_ACTIVATION}, skrl's task configs' default; "
+            "output: ACTIONS)"
         )
         return activations, "ACTIONS", False, source
     activations, output, clip_mean = _from_spec(spec, hidden, present, fail)

@@ -1,9 +1,16 @@
-"""The simulator seam: what a simulator declares so that simeval can check, refuse and build its tasks.
+"""The simulator seam: what a simulator declares so that simeval can check, refuse, build and run its tasks.
 
 A simulator is one class here and one registration (a built-in in
 :mod:`simeval.envs.simulators`, or a third party's ``simeval.simulators`` entry point).
 Its module stays light: it names its tasks and capabilities without importing the
 simulator, and imports the code that builds an env only in :meth:`Simulator.make`.
+
+The launcher side asks it what it runs and applies (:meth:`~Simulator.runs`,
+:attr:`~Simulator.capabilities`, :meth:`~Simulator.check`); the worker side asks it, for an
+env it built (:meth:`~Simulator.owns`), which round engine runs rounds
+(:meth:`~Simulator.round_source`), where episodes end by themselves
+(:meth:`~Simulator.episode_length`) and which per-step keys it reports
+(:meth:`~Simulator.info_keys`).
 """
 
 from __future__ import annotations
@@ -14,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from torchrl.envs import TransformedEnv
+    from torchrl.envs import EnvBase, TransformedEnv
 
     from simeval.conditions import Condition
+    from simeval.envs.layout import PlainTransforms
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,33 @@ class EnvRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class DirectRound:
+    """The direct round engine (:mod:`simeval.worker.direct_rollout`) on a grouped NumPy env.
+
+    ``base`` keeps its sub-envs in ``groups`` (each with ``rows``, ``first``, ``size``,
+    ``observe``, ``begin``, ``physics``) and has ``obs_dim``, ``finish_group``,
+    ``reset_sims`` and ``action_rows``: the interface of the native MuJoCo env.
+    """
+
+    base: Any
+    transforms: PlainTransforms
+
+
+@dataclass(frozen=True)
+class TensorRound:
+    """The tensor round engine (:mod:`simeval.worker.tensor_rollout`) on a tensor-batched env.
+
+    ``steps`` has ``running_return`` (whether the loop keeps RewardSum's float32 running sums),
+    ``log_names``, ``start()`` (at each round's start, after the reset) and ``step(action)``
+    returning (next observation, reward, terminated, truncated, log entries or None), with
+    finished sub-envs already reset. ``vecnorm`` is the frozen VecNormV2 on "observation", or None.
+    """
+
+    steps: Any
+    vecnorm: Any
+
+
 class Simulator(ABC):
     """A simulator simeval builds batched envs with.
 
@@ -51,6 +86,12 @@ class Simulator(ABC):
         capabilities: the condition kinds it applies (keys of :data:`simeval.conditions.KINDS`).
         fallback: a simulator of gymnasium ids that builds any id no other one claims by
             default (gymnasium itself).
+        init_fn: the ``--init-fn`` hook its worker processes need before torch is imported
+            (``"module:function"``), or None.
+        render_env: environment variables its frames are rendered under headless, each set
+            (unless already set) before the simulator loads where frames are asked for.
+        settings_env: environment variables that are its rendering settings, passed from the
+            host into a container.
     """
 
     name: ClassVar[str]
@@ -58,6 +99,9 @@ class Simulator(ABC):
     prefix: ClassVar[str | None] = None
     capabilities: ClassVar[frozenset[str]] = frozenset({"observation", "action"})
     fallback: ClassVar[bool] = False
+    init_fn: ClassVar[str | None] = None
+    render_env: ClassVar[Mapping[str, str]] = {}
+    settings_env: ClassVar[tuple[str, ...]] = ()
 
     def tasks(self) -> tuple[str, ...]:
         """The ids it runs, for messages; ``()`` where any id its :meth:`check` accepts may run."""
@@ -87,6 +131,38 @@ class Simulator(ABC):
 
     def refusal(self, name: str, kind: str, settings: tuple[str, ...]) -> str | None:
         """This simulator's own one-line advice for a condition ``kind`` it cannot apply; None: the registry's."""
+        return None
+
+    # -- the worker side: an env this simulator built -------------------------------------
+    def info_keys(self, env: EnvBase) -> tuple[str, ...]:
+        """Per-step keys (under "next") of ``env`` read at episode ends when a round names none, e.g. ``("success",)``.
+
+        A success key among them gives ``success_rate``, ``success_once`` and ``success_at_end``.
+        """
+        return ()
+
+    def owns(self, base: EnvBase) -> bool:
+        """Whether ``base`` (the env under every transform) is one this simulator builds.
+
+        Must not import the simulator: a class it built is in ``sys.modules`` already.
+        """
+        return False
+
+    def round_source(self, env: EnvBase) -> DirectRound | TensorRound | None:
+        """What the worker's own round loop steps for ``env`` (built by this simulator), or None: the Collector.
+
+        Return a source only where the loop reproduces torchrl's Collector over ``env`` exactly
+        (same steps, same numbers): typically where ``env``'s transforms are make_env's
+        layout (:func:`simeval.envs.layout.plain_transforms`). The worker falls back to the
+        Collector anyway where the round's settings ask for what only it gives.
+        """
+        return None
+
+    def episode_length(self, env: EnvBase) -> int | None:
+        """The steps after which ``env`` ends episodes itself (an env that resets itself), else None.
+
+        Collector batches that divide it end rounds of full-length episodes on a batch boundary.
+        """
         return None
 
     @abstractmethod

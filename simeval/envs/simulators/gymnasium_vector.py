@@ -11,13 +11,21 @@ from typing import TYPE_CHECKING
 
 from simeval.envs.simulators.base import EnvRequest
 from simeval.envs.simulators.gym_ids import GymIdSimulator
-from simeval.envs.simulators.mujoco_native import NATIVE_TASKS
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
 # gymnasium's MuJoCo v5 tasks named in error messages; the last two run on gymnasium only.
-MUJOCO_TASKS = (*NATIVE_TASKS, "Swimmer-v5", "Reacher-v5")
+MUJOCO_TASKS = (
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Walker2d-v5",
+    "Ant-v5",
+    "InvertedPendulum-v5",
+    "Humanoid-v5",
+    "Swimmer-v5",
+    "Reacher-v5",
+)
 
 
 class GymnasiumVector(GymIdSimulator):
@@ -25,6 +33,8 @@ class GymnasiumVector(GymIdSimulator):
 
     name = "gymnasium"
     title = "gymnasium"
+    render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads
+    settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
     fallback = True
 
     def default_for(self, name: str) -> bool:

@@ -1,7 +1,7 @@
 """What the simulators whose tasks are changed through their config share (Isaac Lab, mjlab).
 
 Their ids are ``"<prefix>:<task>"``; a condition's ``cfg`` overrides their task's env
-config; MuJoCo physics settings are refused with the advice to change physics through
+config; Model physics settings are refused with the advice to change physics through
 an event term of that config instead. Each builds its env with its own module's
 ``make_env(task, ...)``.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from simeval.envs.simulators.base import EnvRequest, Simulator
 
 if TYPE_CHECKING:
-    from torchrl.envs import TransformedEnv
+    from torchrl.envs import EnvBase, TransformedEnv
 
 
 class TaskConfigSimulator(Simulator):
@@ -23,7 +23,7 @@ class TaskConfigSimulator(Simulator):
 
     Attributes:
         physics_example: an event term of its tasks' configs that changes physics, for the
-            refusal of MuJoCo physics settings.
+            refusal of Model physics settings.
     """
 
     capabilities = frozenset({"observation", "action", "task_config"})
@@ -38,13 +38,24 @@ class TaskConfigSimulator(Simulator):
         return name.split(":", 1)[1]
 
     def refusal(self, name: str, kind: str, settings: tuple[str, ...]) -> str | None:
-        """MuJoCo physics settings: change the physics through an event term's config instead."""
-        if kind != "mujoco_physics":
+        """Model physics settings: change the physics through an event term's config instead."""
+        if kind != "physics":
             return None
         return (
-            f"{', '.join(settings)} set the native MuJoCo env's physics; on {name} change physics through "
+            f"{', '.join(settings)} set model physics directly; on {name} change physics through "
             f"the task's config: a cfg override of an event term (e.g. {self.physics_example})."
         )
+
+    def episode_length(self, env: EnvBase) -> int | None:
+        """The task's ``max_episode_length`` (its env resets sub-envs itself at that step)."""
+        from simeval.envs.layout import resets_itself, unwrap
+
+        if not resets_itself(env):
+            return None
+        base, _ = unwrap(env)
+        task_env = base.__dict__.get("_env")  # the wrapped env; the instance dict: no forwarding to sub-envs
+        limit = getattr(getattr(task_env, "unwrapped", None), "max_episode_length", None)
+        return int(limit) if isinstance(limit, (int, float)) and limit > 0 else None
 
     def make(self, request: EnvRequest) -> TransformedEnv:
         """The module's ``make_env`` with the condition's ``cfg`` under ``request.cfg_overrides``."""

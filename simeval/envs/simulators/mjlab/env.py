@@ -12,7 +12,7 @@ DoubleToFloat (a no-op), StepCounter, VecNormV2 at ``OBS_NORM_ID`` and RewardSum
 
 mjlab's ``extras["log"]`` (``Episode_Reward/*``, ``Episode_Termination/*``,
 ``Metrics/*``) is written under ``("next", "log")`` each step
-(:class:`simeval.envs.mjlab_log.MjlabLogWrapper`), where the rollout core reads
+(:class:`simeval.envs.simulators.mjlab.log.MjlabLogWrapper`), where the rollout core reads
 it at every episode's end.
 
 mjlab 1.6 pins MuJoCo 3.11, so it lives in a venv of its own (``make mjlab``).
@@ -132,7 +132,7 @@ def make_env(
             the caller's to merge into ``cfg_overrides``.
 
     Returns:
-        The env under :class:`~simeval.envs.mjlab_log.MjlabLogWrapper` and simeval's transforms.
+        The env under :class:`~simeval.envs.simulators.mjlab.log.MjlabLogWrapper` and simeval's transforms.
 
     Raises:
         EnvError: mjlab missing, an unknown task, or a tracking task (no motion file).
@@ -154,7 +154,7 @@ def _wrap(base: Any, obs_norm: bool, condition: Condition | None) -> Transformed
     """mjlab's env ``base`` under MjlabLogWrapper (and ``condition``), then make_env's transform layout."""
     from torchrl.envs import ExcludeTransform, RenameTransform, TransformedEnv
 
-    from simeval.envs.mjlab_log import MjlabLogWrapper
+    from simeval.envs.simulators.mjlab.log import MjlabLogWrapper
 
     wrapper = MjlabLogWrapper(base)
     # The TransformedEnv copies the wrapper's _torchrl_native_autoreset, so torchrl keeps mjlab's resets.

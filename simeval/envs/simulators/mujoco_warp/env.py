@@ -7,7 +7,7 @@ whole-batch torch ops plus Warp kernels: no host round trip, no Python per
 sub-env. On CUDA the ``frame_skip`` physics steps run as one captured CUDA graph, when
 the env is built on its process's main thread (see ``cuda_graphs`` of :class:`WarpBatchEnv`).
 
-Only a reset touches the host, as :class:`simeval.envs.mujoco.MujocoBatchEnv`
+Only a reset touches the host, as :class:`simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv`
 does: it reads the ``_reset`` mask, draws each reset sub-env's noise from its
 own generator (sub-env ``i`` seeded with ``seed + i``) and copies the new
 states to the device at once. Same keys, dtypes, specs, seeding and time limit
@@ -28,7 +28,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from simeval.envs.mujoco_tasks import (
+from simeval.envs.simulators.mujoco_native.tasks import (
     HalfCheetah,
     Hopping,
     InvertedPendulum,
@@ -305,7 +305,7 @@ def _capture(wp_device: object, fn: Callable[[], None]) -> object:
     return capture.graph
 
 
-# -- the tasks of simeval.envs.mujoco_tasks, as torch ops on the device (float32) -----------------
+# -- the tasks of simeval.envs.simulators.mujoco_native.tasks, as torch ops on the device (float32) -----------------
 def observe(task: Task, s: SimpleNamespace) -> torch.Tensor:
     """The (N, obs_dim) float32 observation, as the task's NumPy ``observe``."""
     if isinstance(task, InvertedPendulum):

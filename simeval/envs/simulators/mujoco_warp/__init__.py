@@ -2,14 +2,15 @@
 
 :data:`WARP_TASKS` only (the tasks that observe and reward qpos and qvel); float32
 physics; no frames (``pip install simeval[warp]``). The env itself:
-:class:`simeval.envs.warp.WarpBatchEnv`.
+:class:`simeval.envs.simulators.mujoco_warp.env.WarpBatchEnv`.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.base import EnvRequest, TensorRound
 from simeval.envs.simulators.gym_ids import GymIdSimulator
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class MujocoWarp(GymIdSimulator):
         return WARP_TASKS
 
     def base_env(self, request: EnvRequest) -> EnvBase:
-        """A :class:`~simeval.envs.warp.WarpBatchEnv` of ``request.num_envs`` worlds on ``request.device``."""
+        """A :class:`.env.WarpBatchEnv` of ``request.num_envs`` worlds on ``request.device``."""
         if request.options.get("render"):
             raise ValueError("backend='warp' does not render: use backend='native' for frames.")
         try:
@@ -41,6 +42,17 @@ class MujocoWarp(GymIdSimulator):
             raise ImportError(
                 f"backend='warp' needs MuJoCo Warp ({err.name} is missing): pip install simeval[warp]"
             ) from None
-        from simeval.envs.warp import WarpBatchEnv
+        from simeval.envs.simulators.mujoco_warp.env import WarpBatchEnv
 
         return WarpBatchEnv(request.name, request.num_envs, device=request.device)
+
+    def owns(self, base: EnvBase) -> bool:
+        """A WarpBatchEnv (its module is loaded once one was built)."""
+        env_module = sys.modules.get(f"{__name__}.env")
+        return env_module is not None and type(base) is env_module.WarpBatchEnv
+
+    def round_source(self, env: EnvBase) -> TensorRound | None:
+        """The tensor engine, resets drawn ahead on the device (:mod:`.steps`), under make_env's layout; else None."""
+        from simeval.envs.simulators.mujoco_warp import steps
+
+        return steps.round_source(env)

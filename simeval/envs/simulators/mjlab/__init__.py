@@ -1,17 +1,21 @@
 """mjlab (``mjlab:<task>``): mjlab 1.6's manager-based tasks on MuJoCo Warp (its own venv).
 
 Conditions change a task through its config (``cfg`` overrides of commands, event terms,
-...); MuJoCo physics settings are refused with that advice. The env itself:
-:func:`simeval.envs.mjlab.make_env`.
+...); model physics settings are refused with that advice. The env itself:
+:func:`simeval.envs.simulators.mjlab.env.make_env`.
 """
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simeval.envs.simulators.task_config import TaskConfigSimulator
 from simeval.errors import EnvError
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
 
 
 class Mjlab(TaskConfigSimulator):
@@ -23,8 +27,8 @@ class Mjlab(TaskConfigSimulator):
     physics_example = "events.foot_friction_slide"
 
     def env_module(self) -> ModuleType:
-        """:mod:`simeval.envs.mjlab` (light: mjlab itself is imported when it builds an env)."""
-        from simeval.envs import mjlab
+        """:mod:`simeval.envs.simulators.mjlab.env` (light: mjlab itself is imported when it builds an env)."""
+        from simeval.envs.simulators.mjlab import env as mjlab
 
         return mjlab
 
@@ -33,8 +37,13 @@ class Mjlab(TaskConfigSimulator):
         self.env_module().check_task(self.task(name))
 
     def task_config(self, name: str) -> Any | None:
-        """The task's play config (:func:`simeval.envs.mjlab.env_cfg`); None where mjlab cannot build it here."""
+        """The task's play config (:func:`.env.env_cfg`); None where mjlab cannot build it here."""
         try:
             return self.env_module().env_cfg(self.task(name))
         except EnvError:
             return None
+
+    def owns(self, base: EnvBase) -> bool:
+        """torchrl's MJLabWrapper (simeval's log wrapper or a user's own; loaded once one was built)."""
+        wrappers = sys.modules.get("torchrl.envs.libs.mjlab")
+        return wrappers is not None and isinstance(base, wrappers.MJLabWrapper)

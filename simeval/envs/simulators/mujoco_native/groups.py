@@ -1,6 +1,6 @@
 """A contiguous group of a native env's sub-envs: one ``mujoco.batch.Batch`` and its task arrays.
 
-:class:`~simeval.envs.mujoco.MujocoBatchEnv` keeps its sub-envs in one or two
+:class:`~simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv` keeps its sub-envs in one or two
 groups. Stepping a group is one C call with the GIL released, so while one
 group's physics runs on the batch's threads, Python can run the policy on the
 other group's observations (:mod:`simeval.worker.direct_rollout`). Each simulation is
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simeval.envs.mujoco_tasks import Sim
+from simeval.envs.simulators.mujoco_native.tasks import Sim
 
 if TYPE_CHECKING:
     import mujoco
 
-    from simeval.envs.mujoco_tasks import Task
+    from simeval.envs.simulators.mujoco_native.tasks import Task
 
 
 class SimGroup:

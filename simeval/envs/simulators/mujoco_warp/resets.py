@@ -1,6 +1,6 @@
 """Resets of the Warp env driven by a device mask: reset states drawn ahead, no per-step host read.
 
-:class:`~simeval.envs.warp.WarpBatchEnv`'s own reset reads the ``_reset`` mask on
+:class:`~simeval.envs.simulators.mujoco_warp.env.WarpBatchEnv`'s own reset reads the ``_reset`` mask on
 the host, so a loop that resets finished sub-envs at every step waits for the
 device at every step. A rollout that steps the env itself uses
 :class:`ResetsAhead` instead: each sub-env's next ``depth`` reset states are
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from simeval.envs.warp import WarpBatchEnv
+    from simeval.envs.simulators.mujoco_warp.env import WarpBatchEnv
 
 # Draws kept ahead per sub-env on CUDA (and steps between two host reads of the counts):
 # a host read every 4 steps, 4 extra draws per sub-env per round. On the CPU a read costs

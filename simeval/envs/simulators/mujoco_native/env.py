@@ -1,10 +1,10 @@
 """Native batched MuJoCo envs: N copies of a gymnasium v5 task stepped by ``mujoco.batch``.
 
 ``mujoco.batch.Batch`` objects (one per group of sub-envs, see
-:mod:`simeval.envs.mujoco_group`) hold the physics state and step it in C on a
+:mod:`simeval.envs.simulators.mujoco_native.groups`) hold the physics state and step it in C on a
 thread pool with the GIL released; observations, rewards,
 terminations and truncations are computed for the whole batch at once with
-NumPy (see :mod:`simeval.envs.mujoco_tasks`). No Python code runs per sub-env
+NumPy (see :mod:`simeval.envs.simulators.mujoco_native.tasks`). No Python code runs per sub-env
 on the step path; only a reset draws each reset sub-env's noise from its own
 generator, as gymnasium's sub-envs do.
 
@@ -27,8 +27,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from simeval.envs.mujoco_group import SimGroup, split
-from simeval.envs.mujoco_tasks import get_task, load_model, sub_env_generators
+from simeval.envs.simulators.mujoco_native.groups import SimGroup, split
+from simeval.envs.simulators.mujoco_native.tasks import get_task, load_model, sub_env_generators
 
 if TYPE_CHECKING:
     import mujoco
@@ -54,7 +54,7 @@ class MujocoBatchEnv(EnvBase):
     """A batch of ``num_envs`` sub-envs of a gymnasium MuJoCo v5 task, as one torchrl env.
 
     Args:
-        task: gymnasium id, one of :data:`simeval.envs.mujoco_tasks.TASKS`.
+        task: gymnasium id, one of :data:`simeval.envs.simulators.mujoco_native.tasks.TASKS`.
         num_envs: sub-envs (batch size ``[num_envs]``).
         device: where the output tensors go (the physics runs on CPU); ``None``: CPU.
         num_threads: threads that step the batch (``None``: one per available
@@ -85,6 +85,8 @@ class MujocoBatchEnv(EnvBase):
             than batch threads); on a 2-core machine whose batch threads already use
             both cores, two groups measured 3-10% slower than one, hence the default.
     """
+
+    action_rows = staticmethod(action_rows)  # what the direct round engine sets a group's controls from
 
     def __init__(
         self,

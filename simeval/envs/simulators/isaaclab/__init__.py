@@ -1,19 +1,25 @@
 """Isaac Lab (``isaaclab:<task>``): Isaac Lab 3.0's own envs, kit-less or with Isaac Sim.
 
 Conditions change a task through its config (``cfg`` overrides of event terms, commands,
-...); MuJoCo physics settings are refused with that advice. The env itself:
-:func:`simeval.envs.isaaclab.make_env`; with Isaac Sim installed, the app must start
-first (``--init-fn simeval.hooks:isaaclab_app_launcher``).
+...); model physics settings are refused with that advice. The env itself:
+:func:`simeval.envs.simulators.isaaclab.env.make_env`; with Isaac Sim installed, the app must start
+first (``--init-fn simeval.envs.simulators.isaaclab.app:app_launcher``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simeval.envs.simulators.task_config import TaskConfigSimulator
 from simeval.errors import EnvError
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
+    from simeval.envs.simulators.base import TensorRound
 
 
 class IsaacLab(TaskConfigSimulator):
@@ -23,10 +29,11 @@ class IsaacLab(TaskConfigSimulator):
     title = "Isaac Lab"
     prefix = "isaaclab"
     physics_example = "events.add_pole_mass"
+    init_fn = f"{__name__}.app:app_launcher"
 
     def env_module(self) -> ModuleType:
-        """:mod:`simeval.envs.isaaclab` (light: Isaac Lab itself is imported when it builds an env)."""
-        from simeval.envs import isaaclab
+        """:mod:`simeval.envs.simulators.isaaclab.env` (light: Isaac Lab itself is imported when it builds an env)."""
+        from simeval.envs.simulators.isaaclab import env as isaaclab
 
         return isaaclab
 
@@ -49,3 +56,14 @@ class IsaacLab(TaskConfigSimulator):
             return self.env_module().env_cfg(self.task(name))
         except EnvError:
             return None
+
+    def owns(self, base: EnvBase) -> bool:
+        """torchrl's IsaacLabWrapper (simeval's or a user's own; its module is loaded once one was built)."""
+        wrappers = sys.modules.get("torchrl.envs.libs.isaac_lab")
+        return wrappers is not None and isinstance(base, wrappers.IsaacLabWrapper)
+
+    def round_source(self, env: EnvBase) -> TensorRound | None:
+        """The tensor engine on Isaac Lab's own ``step`` (:mod:`.steps`), under make_env's layout; else None."""
+        from simeval.envs.simulators.isaaclab import steps
+
+        return steps.round_source(env)

@@ -1,21 +1,22 @@
 """Native MuJoCo (``backend="native"``): every sub-env in one ``mujoco.batch.Batch``, stepped in C.
 
-The default for :data:`NATIVE_TASKS`; the only simulator that applies MuJoCo physics
+The default for :data:`NATIVE_TASKS`; the only simulator that applies model physics
 conditions (``body_mass_scale``, ``friction_scale``, ``gravity``). The env itself:
-:class:`simeval.envs.mujoco.MujocoBatchEnv`.
+:class:`simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv`.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.base import DirectRound, EnvRequest
 from simeval.envs.simulators.gym_ids import GymIdSimulator
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
-# What it runs (simeval.envs.mujoco_tasks.TASKS).
+# What it runs (simeval.envs.simulators.mujoco_native.tasks.TASKS).
 NATIVE_TASKS = (
     "HalfCheetah-v5",
     "Hopper-v5",
@@ -31,7 +32,9 @@ class NativeMujoco(GymIdSimulator):
 
     name = "native"
     title = "native MuJoCo"
-    capabilities = frozenset({"observation", "action", "mujoco_physics"})
+    render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads
+    settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
+    capabilities = frozenset({"observation", "action", "physics"})
 
     def tasks(self) -> tuple[str, ...]:
         """:data:`NATIVE_TASKS`."""
@@ -42,8 +45,8 @@ class NativeMujoco(GymIdSimulator):
         return name in NATIVE_TASKS
 
     def base_env(self, request: EnvRequest) -> EnvBase:
-        """A :class:`~simeval.envs.mujoco.MujocoBatchEnv` of ``request.num_envs`` sub-envs."""
-        from simeval.envs.mujoco import MujocoBatchEnv
+        """A :class:`~simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv` of ``request.num_envs`` sub-envs."""
+        from simeval.envs.simulators.mujoco_native.env import MujocoBatchEnv
 
         options = request.options
         return MujocoBatchEnv(
@@ -55,3 +58,18 @@ class NativeMujoco(GymIdSimulator):
             render_mode="rgb_array" if options.get("render") else None,
             groups=options.get("groups"),
         )
+
+    def owns(self, base: EnvBase) -> bool:
+        """A MujocoBatchEnv (its module is loaded once one was built)."""
+        env_module = sys.modules.get(f"{__name__}.env")
+        return env_module is not None and type(base) is env_module.MujocoBatchEnv
+
+    def round_source(self, env: EnvBase) -> DirectRound | None:
+        """The direct engine (groups overlapped) on a CPU MujocoBatchEnv under make_env's layout, else None."""
+        from simeval.envs.layout import plain_transforms, unwrap
+
+        base, transforms = unwrap(env)
+        if base.device is not None and base.device.type != "cpu":
+            return None
+        found = plain_transforms(transforms)
+        return None if found is None else DirectRound(base, found)

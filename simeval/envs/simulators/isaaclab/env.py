@@ -22,7 +22,7 @@ scale) start each sub-env's next episode where Isaac Lab reset it inside a step.
 
 Kit-less (Isaac Lab 3.x without Isaac Sim, Newton physics) nothing has to
 start before torch; with Isaac Sim installed the simulation app must already
-run (``--init-fn simeval.hooks:isaaclab_app_launcher``).
+run (``--init-fn simeval.envs.simulators.isaaclab.app:app_launcher``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def registered_tasks() -> list[str]:
     import gymnasium as gym
     import isaaclab_tasks  # noqa: F401  (registers Isaac Lab's tasks)
 
-    from simeval.envs import isaaclab_offline
+    from simeval.envs.simulators.isaaclab import offline as isaaclab_offline
 
     isaaclab_offline.register()
     return sorted(k for k in gym.registry if k.startswith(("Isaac-", "Simeval-Isaac-")))
@@ -201,7 +201,7 @@ def _wrap(
         inner.reset()
         names = sorted(inner._isaac_unwrapped.extras.get("log", {}))
     if names:
-        from simeval.envs.isaaclab_log import IsaacLogReader
+        from simeval.envs.simulators.isaaclab.log import IsaacLogReader
 
         inner.set_info_dict_reader(IsaacLogReader(names, inner.batch_size, inner.device))
     keys = inner.observation_spec.keys()
