@@ -13,29 +13,32 @@ import functools
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest, Simulator
-from simeval.envs.simulators.gymnasium_vector import MUJOCO_TASKS, GymnasiumVector
+from simeval.envs.simulators.base import DirectRound, EnvRequest, Simulator, TensorRound
+from simeval.envs.simulators.gymnasium_vector import GymnasiumVector
 from simeval.envs.simulators.isaaclab import IsaacLab
 from simeval.envs.simulators.maniskill import ManiSkill
 from simeval.envs.simulators.mjlab import Mjlab
-from simeval.envs.simulators.mujoco_native import NATIVE_TASKS, NativeMujoco
-from simeval.envs.simulators.mujoco_warp import WARP_TASKS, MujocoWarp
+from simeval.envs.simulators.mujoco_native import NativeMujoco
+from simeval.envs.simulators.mujoco_warp import MujocoWarp
 
 if TYPE_CHECKING:
+    from torchrl.envs import EnvBase
+
     from simeval.conditions import Condition
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "MUJOCO_TASKS",
-    "NATIVE_TASKS",
-    "WARP_TASKS",
+    "DirectRound",
     "EnvRequest",
     "Simulator",
+    "TensorRound",
     "check_condition",
     "env_backends",
     "env_id_forms",
     "registered",
+    "tasks",
     "simulator_for",
+    "simulator_of",
     "supporting",
 ]
 
@@ -75,6 +78,17 @@ def registered() -> tuple[Simulator, ...]:
     return tuple(found)
 
 
+def tasks(simulator: str) -> tuple[str, ...]:
+    """The ids the simulator named ``simulator`` (e.g. ``"native"``, ``"warp"``) lists as its tasks.
+
+    ``()`` for a simulator whose :meth:`~Simulator.check` accepts any id it is asked for.
+    """
+    for sim in registered():
+        if sim.name == simulator:
+            return sim.tasks()
+    raise ValueError(f"unknown simulator {simulator!r}: one of {', '.join(s.name for s in registered())}.")
+
+
 def env_backends() -> tuple[str, ...]:
     """The names ``backend=`` / ``--env-backend`` accept: the simulators of gymnasium ids."""
     return tuple(s.name for s in registered() if s.prefix is None)
@@ -91,7 +105,7 @@ def simulator_for(name: str, backend: str | None = None) -> Simulator:
 
     ``"<prefix>:<task>"`` is the simulator of that prefix (``backend`` does not apply);
     any other id is a gymnasium id, built on ``backend``, or by default on the first
-    simulator that claims it (native MuJoCo for ``NATIVE_TASKS``), else on the fallback
+    simulator that claims it (native MuJoCo for its tasks), else on the fallback
     that claims every id (gymnasium).
     A one-line ValueError for a backend that does not exist or does not run ``name``.
     """
@@ -115,6 +129,18 @@ def simulator_for(name: str, backend: str | None = None) -> Simulator:
             f"backend={backend!r} has no {name!r}: it runs {', '.join(sim.tasks())}; use backend={default.name!r}."
         )
     return sim
+
+
+def simulator_of(env: EnvBase) -> Simulator | None:
+    """The simulator that built ``env`` (the env under its transforms), or None for an env of other making.
+
+    The worker asks it for ``env``'s round engine and episode length; an env no simulator
+    owns runs on torchrl's Collector.
+    """
+    from simeval.envs.layout import unwrap
+
+    base, _ = unwrap(env)
+    return next((sim for sim in registered() if sim.owns(base)), None)
 
 
 def supporting(kind: str) -> tuple[Simulator, ...]:
