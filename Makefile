@@ -193,6 +193,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_launcher_imports.py
 	$(PY) tools/check_imports_at_top.py
+	$(PY) tools/check_simulator_names.py
 	$(VENV)/bin/shellcheck --external-sources $(SHELL_SCRIPTS)
 	@tools/lane-time end lint
 

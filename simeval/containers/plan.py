@@ -49,12 +49,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from simeval.envs.simulators import registered
+
 # Flags that steer the container itself; they are not forwarded into it. MULTI_FLAGS take several values.
 CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network", "--pass-env")
 MULTI_FLAGS = ("--pass-env",)
 SHM_SIZE = "1g"  # torch and the process backend stage tensors in /dev/shm (64 MB by default)
-# Harmless settings of simeval's own that pass in when set: how MuJoCo renders, whether the HF hub is offline.
-SETTINGS_ENV = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID", "HF_HUB_OFFLINE")
+# Harmless settings that pass in when set: how each simulator renders (Simulator.settings_env), whether
+# the HF hub is offline.
+SETTINGS_ENV = (*dict.fromkeys(name for sim in registered() for name in sim.settings_env), "HF_HUB_OFFLINE")
 # What a logger needs: its variables pass in, and the container gets a network (the engine's default).
 LOGGER_ENV = {"wandb": "WANDB_", "mlflow": "MLFLOW_"}
 

@@ -1,8 +1,9 @@
 """The transform layout every simeval env ends in, whatever simulator is below it, and how to read it back.
 
-:func:`append_layout` builds it; :func:`unwrap` and :func:`plain_transforms` read it back for the
-simulators' own round loops (:meth:`simeval.envs.simulators.Simulator.round_source`), which run
-only where they reproduce it exactly.
+:func:`append_layout` builds it (above a condition's :func:`~simeval.envs.perturb.perturbed`);
+:func:`unwrap` and :func:`plain_transforms` read it back for the simulators' own round
+loops (:meth:`simeval.envs.simulators.Simulator.round_source`), which run only where they
+reproduce it exactly.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase, TransformedEnv
 
-    from simeval.conditions import Condition
 
 
 @dataclass
@@ -86,21 +86,6 @@ def step_cap(transforms: PlainTransforms) -> int | None:
     """The smallest ``max_steps`` of the StepCounters (read at a round's start: the worker sets it), or None."""
     caps = [c.max_steps for c in transforms.counters if c.max_steps is not None]
     return min(caps) if caps else None
-
-
-def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
-    """``base`` itself for a nominal condition, else ``base`` under a :class:`~simeval.envs.perturb.Perturb`.
-
-    The Perturb sits directly around the base env, below the layout, so ``OBS_NORM_ID``
-    still names the VecNormV2.
-    """
-    if not condition.values:
-        return base
-    from torchrl.envs import TransformedEnv
-
-    from simeval.envs.perturb import Perturb
-
-    return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
 
 
 def append_layout(env: TransformedEnv, max_steps: int | None, obs_norm: bool) -> None:

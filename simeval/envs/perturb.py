@@ -23,6 +23,7 @@ import math
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from torchrl.envs import EnvBase, TransformedEnv
 from torchrl.envs.transforms import Transform
 
 from simeval.conditions import Condition, episode_seed, round_seed
@@ -235,3 +236,14 @@ class Perturb(Transform):
 
 def _high(value: float | tuple[float, float]) -> float:
     return value[1] if isinstance(value, tuple) else value
+
+
+def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
+    """``base`` itself for a nominal condition, else ``base`` under a :class:`Perturb`.
+
+    The Perturb sits directly around the base env, below the layout, so ``OBS_NORM_ID``
+    still names the VecNormV2.
+    """
+    if not condition.values:
+        return base
+    return TransformedEnv(base, Perturb(condition), auto_unwrap=False)

@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs import make_env
+from simeval.envs.simulators import simulator_for
 from simeval.factories import build_policy
 from simeval.hooks import worker_init
 from simeval.launch.config import LaunchConfig
@@ -51,12 +52,13 @@ def build_env(
 
     The recorder is added when ``video_dir`` is set.
     """
-    if name.startswith(("isaaclab:", "mjlab:")):  # no MuJoCo rendering or env backend there
+    if simulator_for(name).prefix is not None:  # a "<prefix>:<task>" id: no env backend, no frames
         return make_env(
             name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, condition=condition
         )
     if video_dir:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must be set before mujoco loads
+        for key, value in simulator_for(name, backend).render_env.items():  # set before the simulator loads
+            os.environ.setdefault(key, value)
     env = make_env(
         name,
         num_envs=num_envs,

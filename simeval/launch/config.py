@@ -17,7 +17,7 @@ from typing import Any
 from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, process, ray
 from simeval.checkpoints.bounds import parse_size
 from simeval.checkpoints.formats import names as _format_names
-from simeval.envs.simulators import env_backends, env_id_forms
+from simeval.envs.simulators import env_backends, env_id_forms, registered
 from simeval.yaml_files import YamlError, read_yaml
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
@@ -72,7 +72,9 @@ class LaunchConfig:
     max_steps: int | None = _opt(1000, "episode cap")
     seed: int | None = _opt(0, "env seed, the same every round")
     init_fn: str | None = _opt(
-        None, "module:function run first, before torch (e.g. simeval.envs.simulators.isaaclab.app:app_launcher)"
+        None,
+        "module:function run first, before torch"
+        + "".join(f"; {sim.title}: {sim.init_fn}" for sim in registered() if sim.init_fn),
     )
     policy: str | None = _opt(None, "module:factory building the policy from the env (default: the checkpoint's)")
     policy_kwargs: dict = _opt(dict, "JSON keyword arguments for --policy", json=True)

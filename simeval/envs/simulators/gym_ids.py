@@ -37,7 +37,8 @@ class GymIdSimulator(Simulator):
         """:meth:`base_env`, under the condition's Perturb, with the transform layout; seeded when asked."""
         from torchrl.envs import TransformedEnv  # loaded before the base env is built, as always
 
-        from simeval.envs.layout import append_layout, perturbed
+        from simeval.envs.layout import append_layout
+        from simeval.envs.perturb import perturbed
 
         base = self.base_env(request)
         env = TransformedEnv(perturbed(base, request.condition), auto_unwrap=False)

@@ -24,7 +24,8 @@ import random
 import sys
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.layout import append_layout, perturbed
+from simeval.envs.layout import append_layout
+from simeval.envs.perturb import perturbed
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
