@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from torchrl.envs.utils import ExplorationType
 
 
-
 class DirectRollout:
     """Runs rounds of exactly the given per-sub-env episode quotas on a grouped env, groups overlapped.
 

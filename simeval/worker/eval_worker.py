@@ -26,6 +26,8 @@ from torch import nn
 from simeval import metrics
 from simeval.conditions import episode_seed, round_seed
 from simeval.envs.layout import resets_itself
+from simeval.policy_kinds import acting_of
+from simeval.policy_kinds.acting import INIT_KEY, ActingPolicy
 from simeval.records import append_record, make_record
 from simeval.settings import EvalSettings, RoundOverrides, as_info_keys
 from simeval.shards import Shard, sub_env_seed
@@ -141,6 +143,7 @@ class EvalWorker:
         # rounds without the Collector, where the simulator's engine reproduces it (simeval.worker.engines)
         self._direct: engines.RoundEngine | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
+        self._acting: ActingPolicy | None = None  # self.policy run with its history and chunks, where it has them
         self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)
         self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
@@ -156,6 +159,8 @@ class EvalWorker:
         if owns_policy:
             self.policy = self._policy_factory(self.env)
         self._device = self._policy_device(owns_policy)
+        acting = acting_of(self.policy)
+        self._acting = None if acting.plain else ActingPolicy(self.policy, acting)
         declared = () if self.settings.info_keys else engines.info_keys(self.env)
         if declared:  # the simulator's per-step keys (e.g. a success flag), where the caller named none
             self.settings = dataclasses.replace(self.settings, info_keys=as_info_keys(declared))
@@ -179,7 +184,12 @@ class EvalWorker:
         self._rollout_env = self._collector.env
         recording = self._frames is not None
         horizon = self._collector.requested_frames_per_batch // self._num_envs
-        self._direct = engines.choose(self._rollout_env, self.policy, self.settings, recording, horizon)
+        self._direct = engines.choose(self._rollout_env, self._acting_policy, self.settings, recording, horizon)
+
+    @property
+    def _acting_policy(self) -> Any:
+        """What rounds call: the policy, or the policy under its observation history and action chunks."""
+        return self.policy if self._acting is None else self._acting
 
     def _policy_device(self, owns_policy: bool) -> torch.device:
         """Where the policy runs: ``settings.device`` (a policy this worker built is moved there), else its own."""
@@ -204,13 +214,16 @@ class EvalWorker:
         """The env the rollout steps: ``env`` itself, or a wrapper of this worker's own around it.
 
         A step counter (episode lengths, ``max_steps``) is added when the env has
-        none, and a frame recorder when frames are asked for and the env renders.
+        none, a frame recorder when frames are asked for and the env renders, and
+        torchrl's InitTracker where the policy keeps a history or chunks per sub-env.
         ``auto_unwrap=False`` keeps torchrl from merging the wrapper into ``env``'s
         own transforms, which would clone them (and their VecNorm statistics).
         """
-        from torchrl.envs import Compose, StepCounter, TransformedEnv
+        from torchrl.envs import Compose, InitTracker, StepCounter, TransformedEnv
 
         extra = []
+        if self._acting is not None and INIT_KEY not in env.observation_spec.keys():
+            extra.append(InitTracker(init_key=INIT_KEY))  # where each sub-env's episode restarts
         if not step_counters(env):
             extra.append(StepCounter(self.settings.max_steps))
         self._frames = None
@@ -240,7 +253,7 @@ class EvalWorker:
             kwargs.setdefault("trust_policy", True)
         return cls(
             create_env_fn=env,
-            policy=StoppablePolicy(self.policy, self.stop),
+            policy=StoppablePolicy(self._acting_policy, self.stop),
             frames_per_batch=fpb,
             total_frames=-1,
             max_frames_per_traj=None,

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from torchrl.envs.utils import ExplorationType
 
 
-
 class TensorRollout:
     """Runs rounds of exactly the given per-sub-env episode quotas on a tensor-batched env (see the module docstring).
 

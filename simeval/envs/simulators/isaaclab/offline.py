@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from isaaclab.envs import ManagerBasedEnv
     from isaaclab.scene import InteractiveSceneCfg
 
-CARTPOLE_USD = os.path.join(os.path.dirname(__file__), os.pardir, "data", "isaaclab", "cartpole.usda")
+CARTPOLE_USD = os.path.join(os.path.dirname(__file__), *[os.pardir] * 3, "data", "isaaclab", "cartpole.usda")
 
 # simeval's id -> the Isaac Lab id it mirrors.
 OFFLINE_TASKS = {
