@@ -5,8 +5,8 @@
     python -m simeval.launch --config launchers/mujoco-halfcheetah.yaml --watch runs/exp1/ckpt
     python -m simeval.launch --backend ray --num-gpus 1 --serve cheetah-eval
 
-The launcher application, built on the library (it is the only importer of
-this package): command line and config (``cli``, ``config``), what to evaluate
+The launcher application, built on the library (imported by itself and the demo only:
+the import contracts say so): command line and config (``cli``, ``config``), what to evaluate
 (``plan``) and how workers build it (``build``), the stages (``app``: a
 ``sources`` source of weights x ``cells`` -> jobs run by the one ``pipeline`` on
 ``session``'s evaluator slots -> ``lines`` -> ``results``) and video.
