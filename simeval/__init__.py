@@ -12,17 +12,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the lazy names below resolve to (and the import graph lint-imports checks)
+    from simeval.caller.evaluator import Evaluator, connect
+    from simeval.caller.ray_eval_worker import RayEvalWorker
     from simeval.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
     from simeval.errors import EvalError
-    from simeval.evaluator import Evaluator, connect
-    from simeval.ray_eval_worker import RayEvalWorker
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Evaluator": "simeval.evaluator",
-    "connect": "simeval.evaluator",
-    "RayEvalWorker": "simeval.ray_eval_worker",
+    "Evaluator": "simeval.caller.evaluator",
+    "connect": "simeval.caller.evaluator",
+    "RayEvalWorker": "simeval.caller.ray_eval_worker",
     "EvalError": "simeval.errors",
     "save_checkpoint": "simeval.checkpoints",
     "load_checkpoint": "simeval.checkpoints",

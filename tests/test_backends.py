@@ -203,13 +203,13 @@ def test_import_simeval_is_light():
     """What a training script or an Isaac Lab worker imports before init_fn loads no heavy package."""
     light = [
         "simeval",
-        "simeval.evaluator",
+        "simeval.caller.evaluator",
         "simeval.metrics",
         "simeval.settings",
         "simeval.errors",
-        "simeval.requests",
+        "simeval.caller.requests",
         "simeval.records",
-        "simeval.ray_eval_worker",
+        "simeval.caller.ray_eval_worker",
         "simeval.backends.host",
         "simeval.launch",
         "simeval.launch.cli",

@@ -173,7 +173,7 @@ def test_on_result_exception_is_logged_and_evaluation_goes_on(caplog):
 
     ev = Evaluator(count_env, const_policy(), num_trajectories=1, on_result=bad_callback)
     try:
-        with caplog.at_level(logging.ERROR, logger="simeval.evaluator"):
+        with caplog.at_level(logging.ERROR, logger="simeval.caller.evaluator"):
             assert ev.evaluate()["eval/reward"] == 3.0
             ev.trigger_eval()
             assert ev.wait(60)["eval/reward"] == 3.0

@@ -219,7 +219,7 @@ def test_round_timeout_s_must_be_seconds_above_zero(value):
 
 
 def test_math_inf_and_none_are_accepted():
-    from simeval.round_timeout import RoundClock, check_round_timeout
+    from simeval.caller.round_timeout import RoundClock, check_round_timeout
 
     check_round_timeout(None)
     check_round_timeout(math.inf)
@@ -228,7 +228,7 @@ def test_math_inf_and_none_are_accepted():
 
 
 def test_the_default_rule():
-    from simeval.round_timeout import FIRST_ROUND_S, FLOOR_S, SLACK, default_round_timeout
+    from simeval.caller.round_timeout import FIRST_ROUND_S, FLOOR_S, SLACK, default_round_timeout
 
     assert (FIRST_ROUND_S, FLOOR_S, SLACK) == (3600.0, 600.0, 20.0)
     assert default_round_timeout(None, waves=1, episode_steps=1000) == 3600.0  # nothing measured yet
@@ -242,7 +242,7 @@ def _raw(seconds: float, steps_per_env: int, num_envs: int = 4, lengths=(100,)) 
 
 
 def test_the_clock_adds_start_timeout_to_a_fresh_workers_round_and_learns_the_step_time():
-    from simeval.round_timeout import RoundClock
+    from simeval.caller.round_timeout import RoundClock
 
     clock = RoundClock(None, start_timeout=120, max_steps=1000)
     first = clock.start_round(8)
@@ -256,7 +256,7 @@ def test_the_clock_adds_start_timeout_to_a_fresh_workers_round_and_learns_the_st
 
 
 def test_without_max_steps_the_clock_uses_the_longest_episode_seen():
-    from simeval.round_timeout import RoundClock
+    from simeval.caller.round_timeout import RoundClock
 
     clock = RoundClock(None, start_timeout=0.0, max_steps=None)
     clock.start_round(4)
@@ -267,7 +267,7 @@ def test_without_max_steps_the_clock_uses_the_longest_episode_seen():
 
 
 def test_an_explicit_timeout_gets_start_timeout_only_on_a_fresh_workers_round():
-    from simeval.round_timeout import RoundClock
+    from simeval.caller.round_timeout import RoundClock
 
     clock = RoundClock(5.0, start_timeout=30.0, max_steps=100)
     assert clock.start_round(None).seconds == 35.0

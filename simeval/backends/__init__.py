@@ -3,7 +3,7 @@
 Every backend runs :class:`simeval.worker.EvalWorker`, takes one request at a
 time through ``start(step, weights, future)`` and completes the future with
 the worker's raw metrics or an :class:`~simeval.errors.EvalError`. Queueing,
-busy policies and result formatting live in :mod:`simeval.requests`.
+busy policies and result formatting live in :mod:`simeval.caller.requests`.
 """
 
 from __future__ import annotations

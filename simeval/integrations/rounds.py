@@ -14,8 +14,8 @@ from simeval.factories import build_policy
 WRITER_METRICS = ("reward", "episode_length", "success_rate", "terminated_fraction")
 
 if TYPE_CHECKING:
+    from simeval.caller.evaluator import Evaluator
     from simeval.checkpoints.base import Checkpoint
-    from simeval.evaluator import Evaluator
 
 
 class Rounds:

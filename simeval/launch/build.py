@@ -21,9 +21,9 @@ from simeval.launch.sources import checkpoint_name
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
+    from simeval.caller.evaluator import Evaluator
     from simeval.checkpoints import Checkpoint
     from simeval.conditions import Condition
-    from simeval.evaluator import Evaluator
 
 
 def placement(device: str | None, backend: str) -> tuple[str | None, str | None]:
@@ -103,7 +103,7 @@ def make_evaluator(
         # This process only evaluates: as in the process/Ray workers, a CPU policy gets one
         # intra-op thread, leaving the cores to the batched simulator's own threads.
         torch.set_num_threads(1)
-    from simeval import Evaluator  # a lazy export: simeval.evaluator loads NumPy
+    from simeval import Evaluator  # a lazy export: simeval.caller.evaluator loads NumPy
 
     return Evaluator(
         functools.partial(

@@ -39,8 +39,8 @@ from simeval.launch.config import ConfigError
 from simeval.launch.plan import EvalPlan, plan_for
 
 if TYPE_CHECKING:
+    from simeval.caller.evaluator import Evaluator
     from simeval.checkpoints import Checkpoint
-    from simeval.evaluator import Evaluator
 
 PLAN_KEYS = ("env", "obs_norm", "policy_factory", "policy_kwargs")
 

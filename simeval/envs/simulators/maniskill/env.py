@@ -25,7 +25,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs.layout import append_layout
-from simeval.envs.perturb import perturbed
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
@@ -140,6 +139,8 @@ def make_env(
         EnvError: ManiSkill3 missing or an unknown task.
     """
     from torchrl.envs import TransformedEnv
+
+    from simeval.envs.perturb import perturbed  # torch: loaded when an env is built
 
     check_task(task)
     base = base_env(task, num_envs, device)

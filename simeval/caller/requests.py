@@ -29,9 +29,9 @@ from simeval.backends.base import Backend, cancelled, complete
 from simeval.errors import EvalError, WorkerLost
 
 if TYPE_CHECKING:
-    from simeval.round_timeout import Deadline
+    from simeval.caller.round_timeout import Deadline
 
-logger = logging.getLogger("simeval.evaluator")
+logger = logging.getLogger("simeval.caller.evaluator")
 
 BUSY_POLICIES = ("error", "queue", "skip")
 _WAITING = object()
@@ -67,7 +67,7 @@ class RequestQueue:
     ``prepare(request)`` is called just before a request starts on the backend
     (after the previous request was finalized), and may set its ``overrides``.
     ``deadline(request)``, called right after it, gives the round's
-    :class:`~simeval.round_timeout.Deadline` (None: no limit): a round still
+    :class:`~simeval.caller.round_timeout.Deadline` (None: no limit): a round still
     running past it fails with a :class:`~simeval.errors.WorkerLost` saying so,
     and the backend replaces its worker before the next request starts.
     """

@@ -31,7 +31,7 @@ from typing import Any
 
 from simeval.backends.base import BackendOptions, WorkerRecipe
 from simeval.backends.ray import NAMESPACE, RayBackend
-from simeval.requests import Request, RequestQueue
+from simeval.caller.requests import Request, RequestQueue
 from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key
 
 

@@ -1,7 +1,7 @@
 """``simeval.Evaluator``, a drop-in for ``torchrl.collectors.Evaluator``, and ``connect``.
 
 The Evaluator checks its arguments, asks a backend (thread, process or Ray)
-to build itself, and hands requests to a :class:`~simeval.requests.RequestQueue`,
+to build itself, and hands requests to a :class:`~simeval.caller.requests.RequestQueue`,
 which applies the busy policy, runs one round at a time and delivers results
 in order after ``on_result``. Results are the raw worker metrics under
 ``<log_prefix>/...`` keys.
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from simeval import backends, metrics
 from simeval.backends.ray import NAMESPACE, RayBackend
-from simeval.requests import Request, RequestQueue, check_busy_policy
-from simeval.round_timeout import Deadline, RoundClock, check_round_timeout
+from simeval.caller.requests import Request, RequestQueue, check_busy_policy
+from simeval.caller.round_timeout import Deadline, RoundClock, check_round_timeout
 from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key, exploration_name
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class Evaluator:
     the budget (see :func:`episodes_for_budget`); the first round runs one wave.
     Results then also carry ``<prefix>/time_budget_s``, ``<prefix>/round_seconds``
     (the rollout's measured time) and ``<prefix>/num_envs``.
-    ``round_timeout_s`` bounds each round (see :mod:`simeval.round_timeout`): a round
+    ``round_timeout_s`` bounds each round (see :mod:`simeval.caller.round_timeout`): a round
     still running past it fails with an :class:`~simeval.errors.EvalError`
     (a ``WorkerLost``) and its worker is replaced (process and Ray: killed; thread:
     abandoned, as a Python thread cannot be killed), so the next round runs on a
