@@ -11,9 +11,9 @@ the worker through :class:`~simeval.policy_kinds.acting.ActingPolicy`.
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
 from typing import Any
 
+from simeval.plugins import plugins
 from simeval.policy_kinds.base import ACTING_ATTR, PLAIN, Acting, PolicyKind
 from simeval.policy_kinds.module import ModulePolicy
 
@@ -40,15 +40,7 @@ def registered() -> tuple[PolicyKind, ...]:
     load, is not one, or takes a name already taken is a one-line ValueError naming it.
     """
     found: list[PolicyKind] = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin is one line, not a traceback
-            raise ValueError(f"{where} does not load: {type(exc).__name__}: {exc}") from None
-        kind = loaded() if isinstance(loaded, type) and issubclass(loaded, PolicyKind) else loaded
-        if not isinstance(kind, PolicyKind):
-            raise ValueError(f"{where} is not a simeval.policy_kinds.PolicyKind.")
+    for where, kind in plugins(ENTRY_POINT_GROUP, PolicyKind):
         if kind.name in {k.name for k in (*found, FALLBACK)}:
             raise ValueError(f"{where}: the policy kind name {kind.name!r} is taken.")
         found.append(kind)

@@ -10,7 +10,6 @@ docs' "Adding a simulator"). Nothing here imports a simulator: its module does, 
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from simeval.envs.simulators.base import DirectRound, EnvRequest, Simulator, TensorRound
@@ -20,6 +19,7 @@ from simeval.envs.simulators.maniskill import ManiSkill
 from simeval.envs.simulators.mjlab import Mjlab
 from simeval.envs.simulators.mujoco_native import NativeMujoco
 from simeval.envs.simulators.mujoco_warp import MujocoWarp
+from simeval.plugins import plugins
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
@@ -62,15 +62,7 @@ def registered() -> tuple[Simulator, ...]:
     naming it.
     """
     found = list(BUILT_IN)
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin is one line, not a traceback
-            raise ValueError(f"{where} does not load: {type(exc).__name__}: {exc}") from None
-        sim = loaded() if isinstance(loaded, type) and issubclass(loaded, Simulator) else loaded
-        if not isinstance(sim, Simulator):
-            raise ValueError(f"{where} is not a simeval Simulator subclass: {loaded!r}")
+    for where, sim in plugins(ENTRY_POINT_GROUP, Simulator):
         taken = [s for s in found if s.name == sim.name or (sim.prefix and s.prefix == sim.prefix)]
         if taken:
             raise ValueError(f"{where} takes the name or prefix of {taken[0]!r}: give it another")

@@ -15,19 +15,6 @@ from simeval.envs.simulators.gym_ids import GymIdSimulator
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
-# gymnasium's MuJoCo v5 tasks named in error messages; the last two run on gymnasium only.
-MUJOCO_TASKS = (
-    "HalfCheetah-v5",
-    "Hopper-v5",
-    "Walker2d-v5",
-    "Ant-v5",
-    "InvertedPendulum-v5",
-    "Humanoid-v5",
-    "Swimmer-v5",
-    "Reacher-v5",
-)
-
-
 class GymnasiumVector(GymIdSimulator):
     """Any gymnasium id, stepped by gymnasium in one process (``render`` gives sub-env 0's frames)."""
 
@@ -48,8 +35,9 @@ class GymnasiumVector(GymIdSimulator):
 
         name = request.name
         if name not in gym.registry:
+            mujoco = sorted(k for k, s in gym.registry.items() if k.endswith("-v5") and "mujoco" in str(s.entry_point))
             raise ValueError(
-                f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(MUJOCO_TASKS)})."
+                f"unknown env {name!r}: not a registered gymnasium id (MuJoCo tasks: {', '.join(mujoco)})."
             )
         frames = {"render_mode": "rgb_array", "width": 240, "height": 240, "camera_name": "track"}
         vec = gym.make_vec(
