@@ -1,0 +1,193 @@
+"""Anytime-valid inference on paired episodes: a confidence sequence for the mean difference, and its verdict.
+
+A confidence sequence (CS) is a sequence of intervals that holds the true value at every
+sample size at once, with probability at least the confidence: one may look after every
+episode and stop whenever the interval says enough, and the guarantee stays. The interval
+and the verdict come from the same sequence, so they cannot disagree.
+
+* Declared bounds on one episode's return (``bounds=(low, high)``; success in {0, 1} is
+  bounded by nature): the betting CS of Waudby-Smith & Ramdas (2023, "Estimating means of
+  bounded random variables by betting", JRSS-B; hedged capital, predictable plug-in bets),
+  valid in finite samples for any distribution within the bounds.
+* No bounds: the asymptotic CS of Waudby-Smith, Arbour, Sinha, Kennedy & Ramdas (2021,
+  "Time-uniform central limit theory and asymptotic confidence sequences"; the Gaussian
+  mixture boundary with the running standard deviation), valid as the number of episodes
+  grows. It needs ``min_n`` episodes before its first interval: with fewer, a skewed
+  difference (a robot that falls one episode in ten) may not have shown itself at all.
+
+The running intersection is reported: an interval never widens, so a verdict of better or
+worse, once reached, stays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+GRID = 4096  # candidate means of the betting CS, on [0, 1] after the bounds' rescaling
+
+
+@dataclass
+class _Betting:
+    """The hedged betting CS's state on the unit interval: the log-capital of every candidate mean."""
+
+    alpha: float
+    grid: np.ndarray = field(default_factory=lambda: (np.arange(GRID) + 0.5) / GRID)
+    log_up: np.ndarray = field(default_factory=lambda: np.zeros(GRID))
+    log_down: np.ndarray = field(default_factory=lambda: np.zeros(GRID))
+    count: int = 0
+    total: float = 0.0
+    squares: float = 0.0  # sum of (x_i - running mean before it)^2, the predictable variance's numerator
+
+    def add(self, x: np.ndarray) -> tuple[float, float]:
+        """Take observations in [0, 1] one by one; the CS (the candidate means not yet rejected) as (low, high)."""
+        m = self.grid
+        trunc = 0.5  # the bets' truncation c of the paper
+        for value in x:
+            i = self.count + 1
+            mean_before = (0.5 + self.total) / i
+            var_before = (0.25 + self.squares) / i
+            lam = math.sqrt(2 * math.log(2 / self.alpha) / (var_before * i * math.log(1 + i)))
+            up = np.minimum(lam, trunc / m)
+            down = np.minimum(lam, trunc / (1 - m))
+            self.log_up += np.log1p(up * (value - m))
+            self.log_down += np.log1p(-down * (value - m))
+            self.count = i
+            self.total += value
+            self.squares += (value - mean_before) ** 2
+        threshold = math.log(1 / self.alpha)
+        capital = np.maximum(self.log_up, self.log_down) + math.log(0.5)  # hedged: half on each side
+        kept = np.flatnonzero(capital < threshold)
+        if not len(kept):  # every candidate rejected: only possible by chance (probability <= alpha)
+            centre = self.total / self.count
+            return centre, centre
+        step = 0.5 / GRID  # half a grid cell outward: the true mean may lie between two candidates
+        return max(0.0, m[kept[0]] - step), min(1.0, m[kept[-1]] + step)
+
+
+class SequentialPaired:
+    """An anytime-valid confidence sequence for E[B - A] over paired episodes, with its verdict.
+
+    Feed it the newly finished pairs in seed order (``update(a, b)``); after every update
+    ``low``/``high`` bound the mean difference with the stated confidence, simultaneously for
+    every number of episodes, and ``verdict`` reads the interval: ``better`` (it lies above
+    0), ``worse`` (below), ``equivalent`` (inside ``(-margin, margin)``; better and worse take
+    precedence), else ``inconclusive``.
+
+    Args:
+        confidence: the probability that every interval of the sequence holds the true mean.
+        bounds: ``(low, high)`` on one episode's return (or score) of either checkpoint: the
+            finite-sample betting CS. A value outside them is a ValueError naming the episode;
+            values are never clipped. ``None``: the asymptotic CS.
+        margin: the equivalence margin (0: no equivalence verdict).
+        min_n: episodes before the asymptotic CS gives a finite interval (bounded: 1).
+        plan_n: where the asymptotic CS is tightest (its mixture's tuning); the intervals
+            are valid at every n whatever it is.
+        name: what errors call this comparison (a cell's name).
+    """
+
+    def __init__(
+        self,
+        confidence: float = 0.95,
+        bounds: tuple[float, float] | None = None,
+        margin: float = 0.0,
+        min_n: int = 10,
+        plan_n: int = 32,
+        name: str = "the comparison",
+    ) -> None:
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}.")
+        if bounds is not None:
+            lo, hi = (float(v) for v in bounds)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(f"bounds must be two finite numbers, low < high, got {bounds!r}.")
+            bounds = (lo, hi)
+        if not (math.isfinite(margin) and margin >= 0):
+            raise ValueError(f"margin must be a finite number >= 0, got {margin!r}.")
+        self.confidence, self.bounds, self.margin, self.name = confidence, bounds, float(margin), name
+        self.min_n, self.plan_n = int(min_n), int(plan_n)
+        self.alpha = 1 - confidence
+        self._diffs: list[float] = []
+        self._betting = _Betting(self.alpha) if bounds is not None else None
+        self._low, self._high = -math.inf, math.inf
+
+    # -- data ---------------------------------------------------------------------------
+    def update(self, a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> SequentialPaired:
+        """Take the next paired episodes (``a[i]`` and ``b[i]`` share a seed), in seed order; returns self."""
+        a, b = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+        if a.shape != b.shape:
+            raise ValueError(f"{self.name}: {len(a)} episodes of A but {len(b)} of B: pairs come together.")
+        for label, x in (("A", a), ("B", b)):
+            bad = np.flatnonzero(~np.isfinite(x))
+            if len(bad):
+                raise ValueError(f"{self.name}: episode {self.n + int(bad[0])} of {label} is {float(x[bad[0]])!r}.")
+            if self.bounds is not None:
+                lo, hi = self.bounds
+                out = np.flatnonzero((x < lo) | (x > hi))
+                if len(out):
+                    episode, value = self.n + int(out[0]), float(x[out[0]])
+                    raise ValueError(
+                        f"{self.name}: episode {episode} of {label} returned {value!r}, outside the declared bounds "
+                        f"[{lo}, {hi}]: fix the bounds (values are never clipped)."
+                    )
+        diffs = b - a
+        self._diffs.extend(diffs.tolist())
+        if self._betting is not None:
+            lo, hi = self.bounds
+            width = hi - lo
+            unit_low, unit_high = self._betting.add((diffs + width) / (2 * width))
+            low, high = 2 * width * unit_low - width, 2 * width * unit_high - width
+        else:
+            low, high = self._asymptotic()
+        self._low, self._high = max(self._low, low), min(self._high, high)
+        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
+            self._low, self._high = low, high
+        return self
+
+    def _asymptotic(self) -> tuple[float, float]:
+        n = len(self._diffs)
+        if n < max(2, self.min_n):
+            return -math.inf, math.inf
+        x = np.asarray(self._diffs)
+        sd = float(x.std(ddof=1))
+        log_a = math.log(self.alpha)
+        rho2 = (-2 * log_a + math.log(-2 * log_a + 1)) / self.plan_n
+        half = sd * math.sqrt(2 * (n * rho2 + 1) / (n * n * rho2) * math.log(math.sqrt(n * rho2 + 1) / self.alpha))
+        mean = float(x.mean())
+        return mean - half, mean + half
+
+    # -- what it says ---------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Paired episodes taken."""
+        return len(self._diffs)
+
+    @property
+    def diff(self) -> float:
+        """The mean paired difference B - A so far (NaN before any episode)."""
+        return float(np.mean(self._diffs)) if self._diffs else math.nan
+
+    @property
+    def low(self) -> float:
+        """The interval's lower end (``-inf`` before the first finite interval)."""
+        return self._low
+
+    @property
+    def high(self) -> float:
+        """The interval's upper end (``inf`` before the first finite interval)."""
+        return self._high
+
+    @property
+    def verdict(self) -> str:
+        """``better``, ``worse``, ``equivalent`` or ``inconclusive``, from the interval (see the class)."""
+        if self._low > 0:
+            return "better"
+        if self._high < 0:
+            return "worse"
+        if self.margin > 0 and -self.margin < self._low and self._high < self.margin:
+            return "equivalent"
+        return "inconclusive"

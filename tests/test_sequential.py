@@ -1,0 +1,109 @@
+"""simeval.stats.SequentialPaired: a confidence sequence for the mean paired difference and its verdict.
+
+A seeded Monte Carlo slice holds the sequence to its promise under continuous monitoring (a
+look after every few episodes, the error counted if any look misses the true difference):
+finite-sample with declared bounds (binary success, bounded returns), asymptotic without
+(normal and t(3) differences). The falls-type case without bounds is measured, not promised
+(docs/statistics.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simeval.stats import SequentialPaired
+
+
+def ever_misses(gen, true: float, reps: int, n: int, look: int, seed: int, **kwargs) -> float:
+    """The share of replications in which some look's interval excluded ``true``."""
+    rng = np.random.default_rng(seed)
+    misses = 0
+    for _ in range(reps):
+        a, b = gen(rng, n)
+        seq = SequentialPaired(**kwargs)
+        missed = False
+        for i in range(0, n, look):
+            seq.update(a[i : i + look], b[i : i + look])
+            missed |= not (seq.low <= true <= seq.high)
+        misses += missed
+    return misses / reps
+
+
+CASES = {
+    "binary, no effect": (lambda r, n: (r.binomial(1, 0.5, n), r.binomial(1, 0.5, n)), 0.0, {"bounds": (0, 1)}),
+    "binary, B better": (lambda r, n: (r.binomial(1, 0.3, n), r.binomial(1, 0.6, n)), 0.3, {"bounds": (0, 1)}),
+    "bounded returns": (lambda r, n: (r.uniform(0, 100, n), r.uniform(10, 100, n)), 5.0, {"bounds": (0, 100)}),
+    "normal, no bounds": (lambda r, n: (np.zeros(n), r.normal(1, 2, n)), 1.0, {}),
+    "t(3), no bounds": (lambda r, n: (np.zeros(n), r.standard_t(3, n)), 0.0, {}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_look_holds_the_true_difference_at_the_stated_rate(case):
+    gen, true, kwargs = CASES[case]
+    rate = ever_misses(gen, true, reps=150, n=120, look=4, seed=11, **kwargs)
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 150), (case, rate)  # 0.05 plus two Monte Carlo errors
+
+
+def test_a_clear_effect_is_decided_and_the_verdict_never_contradicts_the_interval():
+    rng = np.random.default_rng(3)
+    seq = SequentialPaired(bounds=(0, 1000))
+    seen = []
+    for _ in range(40):
+        a = rng.uniform(0, 600, 4)
+        seq.update(a, a + 300)
+        seen.append((seq.verdict, seq.low, seq.high))
+        assert (seq.verdict == "better") == (seq.low > 0) and seq.low <= 300 <= seq.high
+    first = next(i for i, (v, _, _) in enumerate(seen) if v == "better")
+    assert first < 10 and all(v == "better" for v, _, _ in seen[first:])  # decided early, and it stays
+    assert seq.n == 160 and seq.diff == pytest.approx(300)
+
+
+def test_many_cells_can_each_be_decided_no_evidence_floor():
+    # 200 cells at alpha / 200 each (Bonferroni): a permutation test with 2000 draws can decide none of them
+    decided = {"bounded": 0, "asymptotic": 0}
+    for cell in range(200):
+        rng = np.random.default_rng(cell)
+        a = rng.uniform(0, 500, 48)
+        bounded = SequentialPaired(confidence=1 - 0.05 / 200, bounds=(0, 1000), name=f"cell {cell}")
+        bounded.update(a, a + 500)  # half the declared range: the finite-sample sequence needs a large effect
+        asymptotic = SequentialPaired(confidence=1 - 0.05 / 200, name=f"cell {cell}")
+        asymptotic.update(a, a + 100 + rng.normal(0, 10, 48))
+        decided["bounded"] += bounded.verdict == "better"
+        decided["asymptotic"] += asymptotic.verdict == "better"
+    assert decided == {"bounded": 200, "asymptotic": 200}
+
+
+def test_equal_policies_are_called_equivalent_within_the_margin():
+    rng = np.random.default_rng(5)
+    seq = SequentialPaired(bounds=(0, 1), margin=0.2)
+    for _ in range(100):
+        a = rng.binomial(1, 0.7, 8)
+        seq.update(a, a)
+    assert seq.verdict == "equivalent" and -0.2 < seq.low <= 0 <= seq.high < 0.2
+
+
+def test_without_bounds_the_first_interval_waits_for_min_n():
+    seq = SequentialPaired(min_n=10)
+    seq.update(np.zeros(9), np.full(9, 5.0))
+    assert (seq.low, seq.high, seq.verdict) == (-math.inf, math.inf, "inconclusive")
+    seq.update([0.0], [5.0])
+    assert seq.low == seq.high == 5.0  # ten equal differences: the asymptotic interval has no width
+
+
+def test_bad_input_is_one_line_naming_the_episode():
+    seq = SequentialPaired(bounds=(0, 1), name="PushCube/nominal")
+    seq.update([0, 1], [1, 1])
+    words = r"^PushCube/nominal: episode 3 of B returned 2\.0, outside the declared bounds \[0\.0, 1\.0\]"
+    with pytest.raises(ValueError, match=words):
+        seq.update([0, 0], [1, 2])
+    with pytest.raises(ValueError, match=r"episode 2 of A is nan"):
+        SequentialPaired(name="c").update([0, 0, math.nan], [0, 0, 0])
+    with pytest.raises(ValueError, match=r"3 episodes of A but 2 of B"):
+        SequentialPaired(name="c").update([0, 0, 0], [0, 0])
+    for bad in (dict(bounds=(1, 1)), dict(confidence=1.0), dict(margin=-1)):
+        with pytest.raises(ValueError):
+            SequentialPaired(**bad)
