@@ -69,6 +69,125 @@ class _Betting:
         return max(0.0, m[kept[0]] - step), min(1.0, m[kept[-1]] + step)
 
 
+def checked(
+    x: Sequence[float] | np.ndarray, bounds: tuple[float, float] | None, name: str, first: int, label: str = ""
+) -> np.ndarray:
+    """``x`` as float64; a ValueError naming ``name`` and the first episode (numbered from ``first``) that is
+    not finite or lies outside ``bounds``."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    of = f" of {label}" if label else ""
+    bad = np.flatnonzero(~np.isfinite(x))
+    if len(bad):
+        raise ValueError(f"{name}: episode {first + int(bad[0])}{of} is {float(x[bad[0]])!r}.")
+    if bounds is not None:
+        lo, hi = bounds
+        out = np.flatnonzero((x < lo) | (x > hi))
+        if len(out):
+            episode, value = first + int(out[0]), float(x[out[0]])
+            raise ValueError(
+                f"{name}: episode {episode}{of} returned {value!r}, outside the declared bounds "
+                f"[{lo}, {hi}]: fix the bounds (values are never clipped)."
+            )
+    return x
+
+
+def _bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    if bounds is None:
+        return None
+    lo, hi = (float(v) for v in bounds)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"bounds must be two finite numbers, low < high, got {bounds!r}.")
+    return lo, hi
+
+
+class SequentialMean:
+    """An anytime-valid confidence sequence for the mean of one stream of episodes (one checkpoint on one cell).
+
+    Feed it newly finished episodes in seed order (``update(x)``); after every update
+    ``low``/``high`` hold the mean with the stated confidence at every sample size at once
+    (``--until-precise``: stop once ``half_width`` is small enough).
+
+    Args:
+        confidence: the probability that every interval of the sequence holds the true mean.
+        bounds: ``(low, high)`` on one episode's value: the finite-sample betting CS. A value
+            outside them is a ValueError naming the episode; values are never clipped.
+            ``None``: the asymptotic CS.
+        min_n: episodes before the asymptotic CS gives a finite interval (bounded: 1).
+        plan_n: where the asymptotic CS is tightest (its mixture's tuning); the intervals
+            are valid at every n whatever it is.
+        name: what errors call this stream (a cell's name).
+    """
+
+    def __init__(
+        self,
+        confidence: float = 0.95,
+        bounds: tuple[float, float] | None = None,
+        min_n: int = 10,
+        plan_n: int = 32,
+        name: str = "the evaluation",
+    ) -> None:
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}.")
+        self.confidence, self.bounds, self.name = confidence, _bounds(bounds), name
+        self.min_n, self.plan_n = int(min_n), int(plan_n)
+        self.alpha = 1 - confidence
+        self._values: list[float] = []
+        self._betting = _Betting(self.alpha) if bounds is not None else None
+        self._low, self._high = -math.inf, math.inf
+
+    def update(self, x: Sequence[float] | np.ndarray) -> SequentialMean:
+        """Take the next episodes' values, in seed order; returns self."""
+        x = checked(x, self.bounds, self.name, self.n)
+        self._values.extend(x.tolist())
+        if self._betting is not None:
+            lo, hi = self.bounds
+            unit_low, unit_high = self._betting.add((x - lo) / (hi - lo))
+            low, high = lo + (hi - lo) * unit_low, lo + (hi - lo) * unit_high
+        else:
+            low, high = self._asymptotic()
+        self._low, self._high = max(self._low, low), min(self._high, high)
+        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
+            self._low, self._high = low, high
+        return self
+
+    def _asymptotic(self) -> tuple[float, float]:
+        n = len(self._values)
+        if n < max(2, self.min_n):
+            return -math.inf, math.inf
+        x = np.asarray(self._values)
+        sd = float(x.std(ddof=1))
+        log_a = math.log(self.alpha)
+        rho2 = (-2 * log_a + math.log(-2 * log_a + 1)) / self.plan_n
+        half = sd * math.sqrt(2 * (n * rho2 + 1) / (n * n * rho2) * math.log(math.sqrt(n * rho2 + 1) / self.alpha))
+        mean = float(x.mean())
+        return mean - half, mean + half
+
+    @property
+    def n(self) -> int:
+        """Episodes taken."""
+        return len(self._values)
+
+    @property
+    def mean(self) -> float:
+        """The mean so far (NaN before any episode)."""
+        return float(np.mean(self._values)) if self._values else math.nan
+
+    @property
+    def low(self) -> float:
+        """The interval's lower end (``-inf`` before the first finite interval)."""
+        return self._low
+
+    @property
+    def high(self) -> float:
+        """The interval's upper end (``inf`` before the first finite interval)."""
+        return self._high
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width (``inf`` before the first finite interval)."""
+        return (self._high - self._low) / 2
+
+
 class SequentialPaired:
     """An anytime-valid confidence sequence for E[B - A] over paired episodes, with its verdict.
 
@@ -76,7 +195,8 @@ class SequentialPaired:
     ``low``/``high`` bound the mean difference with the stated confidence, simultaneously for
     every number of episodes, and ``verdict`` reads the interval: ``better`` (it lies above
     0), ``worse`` (below), ``equivalent`` (inside ``(-margin, margin)``; better and worse take
-    precedence), else ``inconclusive``.
+    precedence), else ``inconclusive``. It is a :class:`SequentialMean` of the differences,
+    whose bounds follow from the returns' (``high - low`` either way).
 
     Args:
         confidence: the probability that every interval of the sequence holds the true mean.
@@ -99,95 +219,48 @@ class SequentialPaired:
         plan_n: int = 32,
         name: str = "the comparison",
     ) -> None:
-        if not 0 < confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}.")
-        if bounds is not None:
-            lo, hi = (float(v) for v in bounds)
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise ValueError(f"bounds must be two finite numbers, low < high, got {bounds!r}.")
-            bounds = (lo, hi)
         if not (math.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be a finite number >= 0, got {margin!r}.")
-        self.confidence, self.bounds, self.margin, self.name = confidence, bounds, float(margin), name
-        self.min_n, self.plan_n = int(min_n), int(plan_n)
-        self.alpha = 1 - confidence
-        self._diffs: list[float] = []
-        self._betting = _Betting(self.alpha) if bounds is not None else None
-        self._low, self._high = -math.inf, math.inf
+        self.bounds = _bounds(bounds)
+        span = None if self.bounds is None else self.bounds[1] - self.bounds[0]
+        self.differences = SequentialMean(confidence, None if span is None else (-span, span), min_n, plan_n, name)
+        self.confidence, self.margin, self.name = confidence, float(margin), name
 
-    # -- data ---------------------------------------------------------------------------
     def update(self, a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> SequentialPaired:
         """Take the next paired episodes (``a[i]`` and ``b[i]`` share a seed), in seed order; returns self."""
-        a, b = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+        a, b = (checked(x, self.bounds, self.name, self.n, label) for x, label in ((a, "A"), (b, "B")))
         if a.shape != b.shape:
             raise ValueError(f"{self.name}: {len(a)} episodes of A but {len(b)} of B: pairs come together.")
-        for label, x in (("A", a), ("B", b)):
-            bad = np.flatnonzero(~np.isfinite(x))
-            if len(bad):
-                raise ValueError(f"{self.name}: episode {self.n + int(bad[0])} of {label} is {float(x[bad[0]])!r}.")
-            if self.bounds is not None:
-                lo, hi = self.bounds
-                out = np.flatnonzero((x < lo) | (x > hi))
-                if len(out):
-                    episode, value = self.n + int(out[0]), float(x[out[0]])
-                    raise ValueError(
-                        f"{self.name}: episode {episode} of {label} returned {value!r}, outside the declared bounds "
-                        f"[{lo}, {hi}]: fix the bounds (values are never clipped)."
-                    )
-        diffs = b - a
-        self._diffs.extend(diffs.tolist())
-        if self._betting is not None:
-            lo, hi = self.bounds
-            width = hi - lo
-            unit_low, unit_high = self._betting.add((diffs + width) / (2 * width))
-            low, high = 2 * width * unit_low - width, 2 * width * unit_high - width
-        else:
-            low, high = self._asymptotic()
-        self._low, self._high = max(self._low, low), min(self._high, high)
-        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
-            self._low, self._high = low, high
+        self.differences.update(b - a)
         return self
 
-    def _asymptotic(self) -> tuple[float, float]:
-        n = len(self._diffs)
-        if n < max(2, self.min_n):
-            return -math.inf, math.inf
-        x = np.asarray(self._diffs)
-        sd = float(x.std(ddof=1))
-        log_a = math.log(self.alpha)
-        rho2 = (-2 * log_a + math.log(-2 * log_a + 1)) / self.plan_n
-        half = sd * math.sqrt(2 * (n * rho2 + 1) / (n * n * rho2) * math.log(math.sqrt(n * rho2 + 1) / self.alpha))
-        mean = float(x.mean())
-        return mean - half, mean + half
-
-    # -- what it says ---------------------------------------------------------------------
     @property
     def n(self) -> int:
         """Paired episodes taken."""
-        return len(self._diffs)
+        return self.differences.n
 
     @property
     def diff(self) -> float:
         """The mean paired difference B - A so far (NaN before any episode)."""
-        return float(np.mean(self._diffs)) if self._diffs else math.nan
+        return self.differences.mean
 
     @property
     def low(self) -> float:
         """The interval's lower end (``-inf`` before the first finite interval)."""
-        return self._low
+        return self.differences.low
 
     @property
     def high(self) -> float:
         """The interval's upper end (``inf`` before the first finite interval)."""
-        return self._high
+        return self.differences.high
 
     @property
     def verdict(self) -> str:
         """``better``, ``worse``, ``equivalent`` or ``inconclusive``, from the interval (see the class)."""
-        if self._low > 0:
+        if self.low > 0:
             return "better"
-        if self._high < 0:
+        if self.high < 0:
             return "worse"
-        if self.margin > 0 and -self.margin < self._low and self._high < self.margin:
+        if self.margin > 0 and -self.margin < self.low and self.high < self.margin:
             return "equivalent"
         return "inconclusive"

@@ -29,7 +29,7 @@ from typing import Union
 import numpy as np
 
 from simeval.metrics import bootstrap_ci
-from simeval.sequential import SequentialPaired  # noqa: F401 - simeval.stats.SequentialPaired
+from simeval.sequential import SequentialMean, SequentialPaired  # noqa: F401 - simeval.stats.Sequential*
 
 # What the functions accept for "an array of per-episode numbers".
 Array = Union[Sequence[float], np.ndarray]

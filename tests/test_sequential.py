@@ -1,4 +1,4 @@
-"""simeval.stats.SequentialPaired: a confidence sequence for the mean paired difference and its verdict.
+"""simeval.stats.SequentialPaired and SequentialMean: confidence sequences for a mean (paired difference) and verdicts.
 
 A seeded Monte Carlo slice holds the sequence to its promise under continuous monitoring (a
 look after every few episodes, the error counted if any look misses the true difference):
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from simeval.stats import SequentialPaired
+from simeval.stats import SequentialMean, SequentialPaired
 
 
 def ever_misses(gen, true: float, reps: int, n: int, look: int, seed: int, **kwargs) -> float:
@@ -107,3 +107,30 @@ def test_bad_input_is_one_line_naming_the_episode():
     for bad in (dict(bounds=(1, 1)), dict(confidence=1.0), dict(margin=-1)):
         with pytest.raises(ValueError):
             SequentialPaired(**bad)
+
+
+@pytest.mark.parametrize(
+    ("gen", "true", "kwargs"),
+    [
+        (lambda r, n: r.binomial(1, 0.2, n), 0.2, {"bounds": (0, 1)}),
+        (lambda r, n: r.normal(300, 40, n), 300.0, {}),
+    ],
+    ids=["success rate, bounded", "normal returns, no bounds"],
+)
+def test_one_checkpoints_mean_is_held_at_every_look_and_the_interval_narrows(gen, true, kwargs):
+    rng = np.random.default_rng(2)
+    misses, widths = 0, []
+    for _ in range(150):
+        x = gen(rng, 160)
+        seq = SequentialMean(**kwargs)
+        missed, seen = False, []
+        for i in range(0, 160, 8):
+            seq.update(x[i : i + 8])
+            missed |= not (seq.low <= true <= seq.high)
+            seen.append(seq.half_width)
+        misses += missed
+        if "bounds" in kwargs:  # the running intersection never widens (unless a miss emptied it: <= alpha)
+            assert all(b <= a for a, b in zip(seen, seen[1:], strict=False))
+        widths.append(seen[-1])
+    assert misses / 150 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 150)
+    assert np.median(widths) < (0.1 if "bounds" in kwargs else 20)
