@@ -264,3 +264,54 @@ class SequentialPaired:
         if self.margin > 0 and -self.margin < self.low and self.high < self.margin:
             return "equivalent"
         return "inconclusive"
+
+
+class SequentialMcNemar:
+    """McNemar's test in sequential form: a confidence sequence for the share of discordant episodes B won.
+
+    Only the episodes where exactly one of the two succeeded carry evidence; among them, the
+    share B won is 0.5 when the two succeed equally often. Its betting confidence sequence
+    (finite-sample: the share lies in [0, 1]) is valid at every look, and the verdict reads
+    it: ``better`` above 0.5, ``worse`` below, else ``inconclusive``. The fixed-n form is
+    :func:`simeval.stats.mcnemar`.
+
+    Args:
+        confidence: the probability that every interval of the sequence holds the true share.
+        name: what errors call this comparison (a cell's name).
+    """
+
+    def __init__(self, confidence: float = 0.95, name: str = "the comparison") -> None:
+        self.share = SequentialMean(confidence, bounds=(0, 1), name=name)
+        self.name, self.pairs = name, 0
+
+    def update(self, a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> SequentialMcNemar:
+        """Take the next paired episodes' success (nonzero: success), in seed order; returns self."""
+        a = checked(a, None, self.name, self.pairs, "A") != 0
+        b = checked(b, None, self.name, self.pairs, "B") != 0
+        if a.shape != b.shape:
+            raise ValueError(f"{self.name}: {len(a)} episodes of A but {len(b)} of B: pairs come together.")
+        discordant = a != b
+        if discordant.any():
+            self.share.update(b[discordant].astype(np.float64))
+        self.pairs += len(a)
+        return self
+
+    @property
+    def discordant(self) -> int:
+        """Episodes where exactly one of the two succeeded."""
+        return self.share.n
+
+    @property
+    def low(self) -> float:
+        """The share's lower end (0 before any discordant episode)."""
+        return max(0.0, self.share.low)
+
+    @property
+    def high(self) -> float:
+        """The share's upper end (1 before any discordant episode)."""
+        return min(1.0, self.share.high)
+
+    @property
+    def verdict(self) -> str:
+        """``better``, ``worse`` or ``inconclusive``, from the share's interval."""
+        return "better" if self.low > 0.5 else "worse" if self.high < 0.5 else "inconclusive"

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from simeval.stats import SequentialMean, SequentialPaired
+from simeval.stats import SequentialMcNemar, SequentialMean, SequentialPaired, mcnemar
 
 
 def ever_misses(gen, true: float, reps: int, n: int, look: int, seed: int, **kwargs) -> float:
@@ -134,3 +134,40 @@ def test_one_checkpoints_mean_is_held_at_every_look_and_the_interval_narrows(gen
         widths.append(seen[-1])
     assert misses / 150 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 150)
     assert np.median(widths) < (0.1 if "bounds" in kwargs else 20)
+
+
+def test_mcnemar_at_fixed_n_is_scipys_exact_test_and_interval():
+    from scipy.stats import binomtest
+
+    rng = np.random.default_rng(8)
+    for _ in range(20):
+        a, b = rng.binomial(1, 0.4, 40), rng.binomial(1, 0.65, 40)
+        got = mcnemar(a, b)
+        k, m = got.b_only, got.b_only + got.a_only
+        ref = binomtest(k, m, 0.5)
+        ci = ref.proportion_ci(0.95, method="exact")
+        assert got.p_value == pytest.approx(ref.pvalue, rel=1e-12)
+        assert (got.share.low, got.share.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+        assert (got.verdict != "inconclusive") == (got.p_value < 0.05)  # the interval and the test agree
+    none = mcnemar([1, 0, 1], [1, 0, 1])
+    assert (none.p_value, none.verdict, none.share.low, none.share.high) == (1.0, "inconclusive", 0.0, 1.0)
+
+
+def test_sequential_mcnemar_holds_its_level_at_every_look_and_decides_a_real_difference():
+    rng = np.random.default_rng(4)
+    false, decided = 0, 0
+    for _ in range(150):
+        a = rng.binomial(1, 0.5, 200)
+        b_null = np.where(rng.random(200) < 0.7, a, rng.binomial(1, 0.5, 200))  # correlated, same success rate
+        b_better = rng.binomial(1, 0.8, 200)
+        null, better = SequentialMcNemar(), SequentialMcNemar()
+        flagged = False
+        for i in range(0, 200, 10):
+            null.update(a[i : i + 10], b_null[i : i + 10])
+            better.update(a[i : i + 10], b_better[i : i + 10])
+            flagged |= null.verdict != "inconclusive"
+        false += flagged
+        decided += better.verdict == "better"
+        assert null.pairs == 200 and 0 < null.discordant < 200
+    assert false / 150 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 150)
+    assert decided / 150 >= 0.9  # 0.5 against 0.8 success: decided within 200 episodes
