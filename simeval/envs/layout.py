@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from torchrl.envs import EnvBase, TransformedEnv
 
 
-
 @dataclass
 class PlainTransforms:
     """The transforms of make_env's layout that a loop without the Collector reproduces."""
@@ -27,6 +26,15 @@ class PlainTransforms:
 def as_key(key: str | tuple[str, ...]) -> tuple:
     """A key as a tuple."""
     return (key,) if isinstance(key, str) else tuple(key)
+
+
+def innermost(env: EnvBase) -> EnvBase:
+    """The base env under every TransformedEnv layer."""
+    from torchrl.envs import TransformedEnv
+
+    while isinstance(env, TransformedEnv):
+        env = env.base_env
+    return env
 
 
 def unwrap(env: EnvBase) -> tuple[EnvBase, list]:

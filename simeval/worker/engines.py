@@ -7,8 +7,8 @@ Every engine runs a round of exact per-sub-env episode quotas and returns its
 * the direct engine (:mod:`simeval.worker.direct_rollout`): a grouped NumPy env, groups overlapped;
 * the tensor engine (:mod:`simeval.worker.tensor_rollout`): a tensor-batched env stepped as a user's loop.
 
-The simulator that built the env (:func:`simeval.envs.simulators.simulator_of`) says which of
-the last two reproduces the Collector over it (:meth:`~simeval.envs.simulators.Simulator.round_source`);
+The simulator that built the env (the worker finds it once, :func:`simeval.envs.simulators.simulator_of`)
+says which of the last two reproduces the Collector over it (:meth:`~simeval.envs.simulators.Simulator.round_source`);
 the round's settings decide whether the Collector must run anyway (:func:`~simeval.worker.round_parts.collector_only`).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from simeval.envs.simulators import DirectRound, TensorRound, simulator_of
+from simeval.envs.simulators import DirectRound, Simulator, TensorRound
 from simeval.worker.direct_rollout import DirectRollout
 from simeval.worker.round_parts import collector_only
 from simeval.worker.tensor_rollout import TensorRollout
@@ -46,31 +46,23 @@ class RoundEngine(Protocol):
 
 
 def choose(
-    env: EnvBase, policy: Any, settings: EvalSettings, recording: bool, steps_per_batch: int
+    simulator: Simulator | None,
+    env: EnvBase,
+    policy: Any,
+    settings: EvalSettings,
+    recording: bool,
+    steps_per_batch: int,
 ) -> RoundEngine | None:
-    """The engine for rounds of ``policy`` on ``env`` under ``settings``, or None: the Collector.
+    """The engine for rounds of ``policy`` on ``env`` (built by ``simulator``, None: unknown) under ``settings``.
 
-    ``steps_per_batch`` is the Collector's batch length (frames per batch / sub-envs): the
-    tensor engine reads its steps in batches of that many, as the tally reads the Collector's.
+    None: the Collector. ``steps_per_batch`` is the Collector's batch length (frames per batch /
+    sub-envs): the tensor engine reads its steps in batches of that many, as the tally reads the Collector's.
     """
-    if collector_only(policy, settings, recording):
+    if simulator is None or collector_only(policy, settings, recording):
         return None
-    simulator = simulator_of(env)
-    source = None if simulator is None else simulator.round_source(env)
+    source = simulator.round_source(env)
     if isinstance(source, DirectRound):
         return DirectRollout(env, source.base, source.transforms, policy)
     if isinstance(source, TensorRound):
         return TensorRollout(env, source.steps, source.vecnorm, policy, steps_per_batch)
     return None
-
-
-def episode_length(env: EnvBase) -> int | None:
-    """The steps after which ``env`` ends episodes itself, as the simulator that built it says; else None."""
-    simulator = simulator_of(env)
-    return None if simulator is None else simulator.episode_length(env)
-
-
-def info_keys(env: EnvBase) -> tuple[str, ...]:
-    """The per-step keys the simulator that built ``env`` reports (read when a round names none); else ()."""
-    simulator = simulator_of(env)
-    return () if simulator is None else tuple(simulator.info_keys(env))

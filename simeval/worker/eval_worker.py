@@ -26,6 +26,7 @@ from torch import nn
 from simeval import metrics
 from simeval.conditions import episode_seed, round_seed
 from simeval.envs.layout import resets_itself
+from simeval.envs.simulators import Simulator, simulator_of
 from simeval.policy_kinds import acting_of
 from simeval.policy_kinds.acting import INIT_KEY, ActingPolicy
 from simeval.records import append_record, make_record
@@ -144,6 +145,7 @@ class EvalWorker:
         self._direct: engines.RoundEngine | None = None
         self._rollout_env = None  # self.env, or a wrapper of this worker's own around it
         self._acting: ActingPolicy | None = None  # self.policy run with its history and chunks, where it has them
+        self._simulator: Simulator | None = None  # the one that built self.env (None: an env of other making)
         self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)
         self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
@@ -161,7 +163,8 @@ class EvalWorker:
         self._device = self._policy_device(owns_policy)
         acting = acting_of(self.policy)
         self._acting = None if acting.plain else ActingPolicy(self.policy, acting)
-        declared = () if self.settings.info_keys else engines.info_keys(self.env)
+        self._simulator = simulator_of(self.env)
+        declared = () if self.settings.info_keys or self._simulator is None else self._simulator.info_keys(self.env)
         if declared:  # the simulator's per-step keys (e.g. a success flag), where the caller named none
             self.settings = dataclasses.replace(self.settings, info_keys=as_info_keys(declared))
         if (self.owns_process or self.owns_thread) and self._device.type == "cpu":
@@ -184,7 +187,9 @@ class EvalWorker:
         self._rollout_env = self._collector.env
         recording = self._frames is not None
         horizon = self._collector.requested_frames_per_batch // self._num_envs
-        self._direct = engines.choose(self._rollout_env, self._acting_policy, self.settings, recording, horizon)
+        self._direct = engines.choose(
+            self._simulator, self._rollout_env, self._acting_policy, self.settings, recording, horizon
+        )
 
     @property
     def _acting_policy(self) -> Any:
@@ -236,7 +241,9 @@ class EvalWorker:
 
     def _make_collector(self, env: EnvBase) -> BaseCollector:
         settings = self.settings
-        max_steps = settings.max_steps if settings.max_steps is not None else engines.episode_length(env)
+        max_steps = settings.max_steps
+        if max_steps is None and self._simulator is not None:  # an env that ends episodes itself: batches divide it
+            max_steps = self._simulator.episode_length(env)
         fpb = settings.frames_per_batch or self._num_envs * batch_steps(max_steps, self._num_envs)
         fpb = -(-fpb // self._num_envs) * self._num_envs  # a whole number of steps per sub-env
         kwargs = dict(settings.collector_kwargs or {})

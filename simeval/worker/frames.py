@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchrl.envs.transforms import Transform
 
-from simeval.worker.vecnorm import innermost
+from simeval.envs.layout import innermost
 
 if TYPE_CHECKING:
     import numpy as np

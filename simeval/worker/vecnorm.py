@@ -17,6 +17,8 @@ from torchrl.envs import EnvBase, TransformedEnv
 from torchrl.envs.batched_envs import BatchedEnvBase, SerialEnv
 from torchrl.envs.transforms import Compose, Transform, VecNormV2
 
+from simeval.envs.layout import innermost
+
 try:  # the legacy VecNorm class (torchrl keeps it for old checkpoints)
     from torchrl.envs.transforms.transforms import VecNorm as _LegacyVecNorm
 except ImportError:  # pragma: no cover - newer torchrl
@@ -65,13 +67,6 @@ class _FrozenFactory:
 
     def __call__(self, *args, **kwargs) -> EnvBase:
         return freeze_owned(self.factory(*args, **kwargs))
-
-
-def innermost(env: EnvBase) -> EnvBase:
-    """The base env under every TransformedEnv layer."""
-    while isinstance(env, TransformedEnv):
-        env = env.base_env
-    return env
 
 
 def _batched(env: EnvBase) -> BatchedEnvBase | None:

@@ -129,9 +129,9 @@ def simulator_of(env: EnvBase) -> Simulator | None:
     The worker asks it for ``env``'s round engine and episode length; an env no simulator
     owns runs on torchrl's Collector.
     """
-    from simeval.envs.layout import unwrap
+    from simeval.envs.layout import innermost
 
-    base, _ = unwrap(env)
+    base = innermost(env)
     return next((sim for sim in registered() if sim.owns(base)), None)
 
 

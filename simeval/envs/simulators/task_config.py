@@ -48,12 +48,11 @@ class TaskConfigSimulator(Simulator):
 
     def episode_length(self, env: EnvBase) -> int | None:
         """The task's ``max_episode_length`` (its env resets sub-envs itself at that step)."""
-        from simeval.envs.layout import resets_itself, unwrap
+        from simeval.envs.layout import innermost, resets_itself
 
         if not resets_itself(env):
             return None
-        base, _ = unwrap(env)
-        task_env = base.__dict__.get("_env")  # the wrapped env; the instance dict: no forwarding to sub-envs
+        task_env = innermost(env).__dict__.get("_env")  # the wrapped env; the instance dict: no forwarding to sub-envs
         limit = getattr(getattr(task_env, "unwrapped", None), "max_episode_length", None)
         return int(limit) if isinstance(limit, (int, float)) and limit > 0 else None
 
