@@ -358,3 +358,108 @@ class SequentialMcNemar:
     def verdict(self) -> str:
         """``better``, ``worse`` or ``inconclusive``, from the share's interval."""
         return "better" if self.low > 0.5 else "worse" if self.high < 0.5 else "inconclusive"
+
+
+RULES = ("until-decided", "until-precise")
+STOPS = ("decided", "equivalent", "precise", "budget")
+
+
+@dataclass(frozen=True)
+class LookPlan:
+    """How an adaptive run looks at its evidence: what every look's results line records under ``sequential``.
+
+    The launcher (``--until-decided`` / ``--until-precise``) decides with it, and
+    ``report compare`` replays it from the lines, so both reach the same verdicts.
+
+    Attributes:
+        rule: ``until-decided`` (B against a baseline A, stop a cell once its verdict is
+            reached) or ``until-precise`` (one checkpoint, stop once the interval is narrow).
+        alpha: the family-wise error over every row with a verdict.
+        rows: the rows of that family (cells, and cells' success comparisons): each row's
+            sequence runs at confidence ``1 - alpha / rows``.
+        look_every: episodes per look, per cell and per checkpoint.
+        max_episodes: the budget per cell and per checkpoint.
+        margin: the equivalence margin (task units; 0: none).
+        precision: ``--until-precise``'s half-width (task units, or a fraction of
+            ``|mean|`` when ``relative``); 0 for ``until-decided``.
+        relative: whether ``precision`` is a fraction of the mean's magnitude.
+    """
+
+    rule: str
+    alpha: float
+    rows: int
+    look_every: int
+    max_episodes: int
+    margin: float = 0.0
+    precision: float = 0.0
+    relative: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}.")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha!r}.")
+        if self.rows < 1 or self.look_every < 1 or self.max_episodes < self.look_every:
+            raise ValueError(
+                f"a look plan needs rows >= 1 and 1 <= look_every <= max_episodes, got rows={self.rows}, "
+                f"look_every={self.look_every}, max_episodes={self.max_episodes}."
+            )
+
+    @property
+    def confidence(self) -> float:
+        """Each row's confidence, ``1 - alpha / rows`` (Bonferroni over the family)."""
+        return 1.0 - self.alpha / self.rows
+
+    def paired(self, bounds: tuple[float, float] | None, name: str) -> SequentialPaired:
+        """A cell's sequence for B - A, tuned for the first look."""
+        return SequentialPaired(self.confidence, bounds, self.margin, plan_n=self.look_every, name=name)
+
+    def mean(self, bounds: tuple[float, float] | None, name: str) -> SequentialMean:
+        """A cell's sequence for one checkpoint's mean (``until-precise``), tuned for the first look."""
+        return SequentialMean(self.confidence, bounds, plan_n=self.look_every, name=name)
+
+    def stop(self, seq: SequentialPaired | SequentialMean) -> str | None:
+        """Why a cell stops after its latest look (one of :data:`STOPS`), or None to look again."""
+        if isinstance(seq, SequentialPaired):
+            verdict = seq.verdict
+            if verdict in ("better", "worse"):
+                return "decided"
+            if verdict == "equivalent":
+                return "equivalent"
+        else:
+            width = self.precision * abs(seq.mean) if self.relative else self.precision
+            if seq.half_width <= width:
+                return "precise"
+        return "budget" if seq.n >= self.max_episodes else None
+
+    def as_data(self) -> dict:
+        """The plan as plain data (a results line's ``sequential`` field)."""
+        return {
+            "rule": self.rule,
+            "alpha": self.alpha,
+            "rows": self.rows,
+            "look_every": self.look_every,
+            "max_episodes": self.max_episodes,
+            "margin": self.margin,
+            "precision": self.precision,
+            "relative": self.relative,
+        }
+
+    @classmethod
+    def from_data(cls, data: object, where: str = "sequential") -> LookPlan:
+        """The plan a results line recorded; ValueError naming ``where`` when it is not one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: a look plan is a mapping, got {type(data).__name__}.")
+        try:
+            return cls(
+                rule=str(data["rule"]),
+                alpha=float(data["alpha"]),
+                rows=int(data["rows"]),
+                look_every=int(data["look_every"]),
+                max_episodes=int(data["max_episodes"]),
+                margin=float(data.get("margin", 0.0)),
+                precision=float(data.get("precision", 0.0)),
+                relative=bool(data.get("relative", False)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: not a look plan ({exc}).") from None
