@@ -375,8 +375,9 @@ class LookPlan:
         rule: ``until-decided`` (B against a baseline A, stop a cell once its verdict is
             reached) or ``until-precise`` (one checkpoint, stop once the interval is narrow).
         alpha: the family-wise error over every row with a verdict.
-        rows: the rows of that family (cells, and cells' success comparisons): each row's
-            sequence runs at confidence ``1 - alpha / rows``.
+        rows: the cells of that family: each cell spends ``alpha / rows``, all of it on its
+            return's sequence, or half on it and half on its success sequence when its
+            episodes record success (:meth:`confidence`).
         look_every: episodes per look, per cell and per checkpoint.
         max_episodes: the budget per cell and per checkpoint.
         margin: the equivalence margin (task units; 0: none).
@@ -405,18 +406,22 @@ class LookPlan:
                 f"look_every={self.look_every}, max_episodes={self.max_episodes}."
             )
 
-    @property
-    def confidence(self) -> float:
-        """Each row's confidence, ``1 - alpha / rows`` (Bonferroni over the family)."""
-        return 1.0 - self.alpha / self.rows
+    def confidence(self, with_success: bool = False) -> float:
+        """The confidence of one sequence of a cell: ``1 - alpha / rows``, or ``1 - alpha / (2 rows)`` when the
+        cell also compares success (Bonferroni over every row with a verdict)."""
+        return 1.0 - self.alpha / (self.rows * (2 if with_success else 1))
 
-    def paired(self, bounds: tuple[float, float] | None, name: str) -> SequentialPaired:
+    def paired(self, bounds: tuple[float, float] | None, name: str, with_success: bool = False) -> SequentialPaired:
         """A cell's sequence for B - A, tuned for the first look."""
-        return SequentialPaired(self.confidence, bounds, self.margin, plan_n=self.look_every, name=name)
+        return SequentialPaired(self.confidence(with_success), bounds, self.margin, plan_n=self.look_every, name=name)
+
+    def mcnemar(self, name: str) -> SequentialMcNemar:
+        """A cell's sequence for success (McNemar's sequential form): the other half of the cell's share."""
+        return SequentialMcNemar(self.confidence(with_success=True), name=name)
 
     def mean(self, bounds: tuple[float, float] | None, name: str) -> SequentialMean:
         """A cell's sequence for one checkpoint's mean (``until-precise``), tuned for the first look."""
-        return SequentialMean(self.confidence, bounds, plan_n=self.look_every, name=name)
+        return SequentialMean(self.confidence(), bounds, plan_n=self.look_every, name=name)
 
     def stop(self, seq: SequentialPaired | SequentialMean) -> str | None:
         """Why a cell stops after its latest look (one of :data:`STOPS`), or None to look again."""
