@@ -96,6 +96,31 @@ def episode_seed(seed: int, sub_env: int, ordinal: int) -> int:
     return int(state[0])
 
 
+LOOK_STRIDE = 1 << 16
+"""How far apart an adaptive run's look seeds are: a look's sub-env generators (``seed + i``) never meet another's."""
+_LOOK_TAG = 0x100C  # keeps look seeds' hashes apart from episode seeds' (which hash three numbers, not two)
+
+
+def look_seed(seed: int, look: int) -> int:
+    """The seed of look ``look`` (from 0) of an adaptive run's cell whose task is seeded ``seed`` (a uint32).
+
+    Each look of ``--until-decided`` / ``--until-precise`` is one ordinary round seeded
+    with this, so its episodes are ``episode_seed(look_seed(seed, look), i, k)`` and sub-env
+    ``i`` starts from the generator seeded ``look_seed(seed, look) + i``. The seeds are
+    multiples of :data:`LOOK_STRIDE` on a ring of 65536 (its offset a hash, numpy's
+    ``SeedSequence``, of ``seed``): looks ``0 .. 65535`` get distinct seeds, and their
+    sub-env generators' seeds (up to 65536 sub-envs) never repeat across looks. The
+    value depends on ``seed`` and ``look`` only: every checkpoint, backend and number of
+    workers sees the same episodes at each look.
+    """
+    look = int(look)
+    if not 0 <= look < LOOK_STRIDE:
+        raise ValueError(f"look must be in [0, {LOOK_STRIDE}), got {look}.")
+    state = np.random.SeedSequence([int(seed) & _MASK32, _LOOK_TAG]).generate_state(1, np.uint32)
+    offset = int(state[0]) >> 16
+    return ((offset + look) % LOOK_STRIDE) * LOOK_STRIDE
+
+
 def round_seed(seed: int | None) -> int:
     """The base of a round's episode seeds: ``seed``, or fresh entropy for an unseeded round."""
     if seed is not None:
@@ -269,8 +294,7 @@ def _data_problem(value: Any) -> str | None:
             return f"{type(value).__name__} {str(value)!r} is callable, not a plain string; {CFG_DATA}"
         if callable_string(value):
             return (
-                f"{value!r} names a callable (module:attr) or is a lambda: a task config imports or runs it; "
-                f"{CFG_DATA}"
+                f"{value!r} names a callable (module:attr) or is a lambda: a task config imports or runs it; {CFG_DATA}"
             )
         return None
     if isinstance(value, (list, tuple)):
