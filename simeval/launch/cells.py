@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from simeval.launch.config import LaunchConfig
 
 
+class BoundsError(ValueError):
+    """A cell's episode returned a value outside the bounds its suite task declares (never clipped).
+
+    Its message names the cell and the episode; the job is recorded as a failed line
+    (``error_kind: "evaluation"``: the bounds are wrong, so only ``--retry-failed`` evaluates it again).
+    """
+
+
 class JobCell(Protocol):
     """What the pipeline asks of a cell."""
 
@@ -35,6 +43,9 @@ class JobCell(Protocol):
 
     def context(self) -> dict[str, Any]:
         """The fields a results line of this cell carries besides the checkpoint's and the run's."""
+
+    def check(self, result: dict) -> None:
+        """Raise :class:`BoundsError` when an episode of ``result`` lies outside the cell's declared bounds."""
 
     def label(self, name: str) -> str:
         """How messages name this cell's job of checkpoint ``name``."""
@@ -63,6 +74,9 @@ class Nominal:
     def context(self) -> dict[str, Any]:
         """Nothing: a plain run's lines carry the checkpoint's and the run's fields only."""
         return {}
+
+    def check(self, result: dict) -> None:
+        """Nothing: a plain run declares no bounds."""
 
     def label(self, name: str) -> str:
         """``checkpoint NAME``."""

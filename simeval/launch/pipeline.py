@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints import CheckpointError
 from simeval.errors import EvalError
+from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError
 from simeval.launch.lines import failed_line, ok_line
 from simeval.launch.results import failures_line, resume_from
@@ -193,6 +194,11 @@ class Pipeline:
             freed = True
             if isinstance(result, Exception):
                 self._failed(job, result)
+                continue
+            try:
+                job.cell.check(result)  # a return outside the suite's declared bounds: the cell fails
+            except BoundsError as exc:
+                self._failed(job, exc)
                 continue
             record = ok_line(
                 self.cfg,

@@ -33,7 +33,7 @@ from simeval.checkpoints import CheckpointError
 from simeval.envs import check_env
 from simeval.errors import EvalError, WorkerLost
 from simeval.launch.build import make_evaluator
-from simeval.launch.cells import JobCell, Nominal
+from simeval.launch.cells import BoundsError, JobCell, Nominal
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError
 from simeval.launch.plan import EvalPlan, plan_for
@@ -223,7 +223,7 @@ def error_kind(exc: BaseException) -> str:
         return "plan"
     if isinstance(exc, WorkerLost):
         return "worker"
-    if isinstance(exc, EvalError):
+    if isinstance(exc, (EvalError, BoundsError)):
         return "evaluation"
     return "checkpoint"
 

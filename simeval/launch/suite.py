@@ -10,12 +10,17 @@
     tasks:
       - env: HalfCheetah-v5
         reference: {low: -280, high: 5000}   # optional: an untrained and an expert score
+        bounds: {low: -1000, high: 13000}    # optional: the least and most one episode can return
         conditions:                          # name -> settings; {} is the nominal env
           nominal: {}
           obs-noise: {observation_noise: 0.1}
           heavy: {body_mass_scale: [1.2, 1.5]}
 
-A cell is (task, condition). Every error is one line naming the file and the
+A cell is (task, condition). ``bounds`` (a task's, or the suite's default for every
+task) declares the range of one episode's return: every line of the task records it,
+a return outside it fails the cell (never clipped), and the adaptive runs' and
+``report compare``'s confidence sequences become the finite-sample betting ones
+(:mod:`simeval.sequential`). Every error is one line naming the file and the
 field (``suites/x.yaml: tasks[0].conditions.heavy.body_mass_scale: ...``).
 The settings a condition may hold are :mod:`simeval.conditions`'. A condition's
 ``cfg`` overrides are data only: judged from the file alone, then applied to a
@@ -25,6 +30,7 @@ so that a value into a field the simulator turns into a callable is refused here
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,8 +43,8 @@ from simeval.envs.simulators import check_condition, env_id_forms
 from simeval.launch.config import ConfigError
 from simeval.yaml_files import YamlError, read_yaml
 
-_TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "tasks")
-_TASK = ("env", "conditions", "reference", "episodes", "seed", "num_envs", "max_steps")
+_TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "bounds", "tasks")
+_TASK = ("env", "conditions", "reference", "bounds", "episodes", "seed", "num_envs", "max_steps")
 _DEFAULTS = {"episodes": 16, "seed": 0, "num_envs": 8, "max_steps": 1000}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -54,6 +60,8 @@ class SuiteTask:
     max_steps: int | None
     conditions: dict[str, Condition]
     reference: tuple[float, float] | None = None
+    bounds: tuple[float, float] | None = None
+    """The least and the most one episode can return (``bounds: {low, high}``), or None."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,8 @@ class Cell:
         }
         if self.task.reference is not None:
             out["reference"] = {"low": self.task.reference[0], "high": self.task.reference[1]}
+        if self.task.bounds is not None:
+            out["bounds"] = {"low": self.task.bounds[0], "high": self.task.bounds[1]}
         return out
 
 
@@ -122,6 +132,7 @@ def _suite(data: Any, path: str) -> Suite:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name: a suite needs a name (letters, digits, '_', '.', '-', '+'), got {name!r}.")
     defaults = {key: _setting(data, key, _DEFAULTS[key], "") for key in _DEFAULTS}
+    defaults["bounds"] = _bounds(data.get("bounds"), "bounds")
     tasks = data.get("tasks")
     if not isinstance(tasks, list) or not tasks:
         raise ValueError("tasks: a non-empty list of tasks, each with an env and its conditions.")
@@ -198,6 +209,7 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
         max_steps=_setting(data, "max_steps", defaults["max_steps"], where + "."),
         conditions=parsed,
         reference=_reference(data.get("reference"), where + ".reference"),
+        bounds=_bounds(data["bounds"], where + ".bounds") if "bounds" in data else defaults["bounds"],
     )
 
 
@@ -219,6 +231,20 @@ def _reference(data: Any, where: str) -> tuple[float, float] | None:
     low, high = data["low"], data["high"]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low == high:
         raise ValueError(f"{where}: low and high are two different numbers, got {low!r} and {high!r}.")
+    return (float(low), float(high))
+
+
+def _bounds(data: Any, where: str) -> tuple[float, float] | None:
+    """``{low, high}`` on one episode's return: two finite numbers, low < high; None when not given."""
+    if data is None:
+        return None
+    shape = "{low: <the least one episode can return>, high: <the most>}"
+    if not isinstance(data, Mapping) or set(data) != {"low", "high"}:
+        raise ValueError(f"{where}: {shape}, got {data!r}.")
+    low, high = data["low"], data["high"]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
+    if not numbers or not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+        raise ValueError(f"{where}: low and high are two finite numbers with low < high, got {low!r} and {high!r}.")
     return (float(low), float(high))
 
 

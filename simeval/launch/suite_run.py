@@ -9,7 +9,9 @@ every cell). An evaluator is built for one cell (its env carries the cell's
 condition) and one plan (the checkpoint's policy); an idle one takes a job of its
 own cell first and is rebuilt for another cell (or a checkpoint of another plan)
 only when none is left, so a backlog of checkpoints costs one env build per cell.
-``--workers K`` (Ray) runs K cells at once. Every outcome is one results.jsonl
+``--workers K`` (Ray) runs K cells at once. A task's declared ``bounds`` go on every
+line of its cells, and a return outside them fails the cell (a failed line naming the
+episode, never clipped). Every outcome is one results.jsonl
 line; a restart skips every (checkpoint, task, condition) already there. The
 newest line of a cell decides: a failed one is evaluated again when it says
 ``retry: "resume"`` (a lost worker) or with ``--retry-failed`` (see
@@ -27,10 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs import check_env
+from simeval.launch.cells import BoundsError
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.pipeline import Jobs, Pipeline, resume
 from simeval.launch.suite import Cell, Suite, check_conditions, load_suite
+from simeval.records import plain
+from simeval.sequential import checked
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -73,6 +78,21 @@ class SuiteCell:
     def context(self) -> dict[str, Any]:
         """The cell's fields: suite, task, condition, its settings, the run settings, the reference."""
         return self.cell.context(self.suite)
+
+    def check(self, result: dict) -> None:
+        """A :class:`BoundsError` naming the cell and the episode when a return lies outside the task's bounds."""
+        bounds = self.cell.task.bounds
+        if bounds is None:
+            return
+        try:
+            checked(plain(result.get("eval/episode_returns", [])), bounds, self.name, 0)
+        except ValueError as exc:
+            raise BoundsError(str(exc)) from None
+
+    @property
+    def name(self) -> str:
+        """``TASK / CONDITION``: how messages and the confidence sequences name the cell."""
+        return f"{self.cell.task.env} / {self.cell.condition_name}"
 
     def label(self, name: str) -> str:
         """``NAME TASK / CONDITION``."""
