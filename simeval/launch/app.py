@@ -5,7 +5,9 @@
 :class:`~simeval.launch.sources.CheckpointSource`). A plain run evaluates each
 checkpoint on one nominal cell, a suite run (``--suite``) on the suite's cells;
 both go through the one :class:`~simeval.launch.pipeline.Pipeline`, whose
-:class:`~simeval.launch.session.Session` holds the evaluator slots. ``--serve``
+:class:`~simeval.launch.session.Session` holds the evaluator slots. An adaptive
+run (``--until-decided``, ``--until-precise``) evaluates a suite's cells look by
+look on the same session (:mod:`simeval.launch.adaptive`). ``--serve``
 starts a named Ray evaluator whose worker writes the same lines itself.
 SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing partial is
 written) and the process exits 0.
@@ -40,8 +42,10 @@ def run(parsed: Parsed, out: str) -> int:
             raise ConfigError(str(exc)) from None
     if cfg.source == "watch" and not cfg.suite:
         check_watch_dir(cfg.watch)
-    log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
-    print(f"results: {log.path}", flush=True)
+    log = None
+    if not cfg.adaptive:  # an adaptive run writes OUT/a and OUT/b (or OUT) itself
+        log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
+        print(f"results: {log.path}", flush=True)
     suite = None
     if cfg.suite:
         from simeval.launch.suite_run import check_suite  # suites load NumPy (conditions): only a suite run does
@@ -54,6 +58,10 @@ def run(parsed: Parsed, out: str) -> int:
     try:
         if cfg.source == "serve":
             return serve(session)
+        if cfg.adaptive:
+            from simeval.launch.adaptive import run_adaptive  # sequential statistics: NumPy
+
+            return run_adaptive(session, suite, out)
         if suite is not None:
             from simeval.launch.suite_run import run_suite
 

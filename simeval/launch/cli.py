@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         kind = _value_type(name)
         quiet = default in (None, {}, []) or kind is bool or not meta.get("show_default", True)
-        help_text = meta["help"] + ("" if quiet else f" (default {default})")
+        help_text = (meta["help"] + ("" if quiet else f" (default {default})")).replace("%", "%%")  # argparse formats
         if kind is bool:
             action = "store_false" if flag.startswith("--no-") else "store_true"
             p.add_argument(flag, dest=name, action=action, help=help_text)
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                 flag, dest=name, nargs=meta["nargs"], metavar=meta.get("metavar"), action=action, help=help_text
             )
         else:
-            p.add_argument(flag, dest=name, type=kind, metavar=name.upper(), help=help_text)
+            p.add_argument(flag, dest=name, type=kind, metavar=meta.get("metavar", name.upper()), help=help_text)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 

@@ -101,6 +101,36 @@ class LaunchConfig:
         "a suite file (tasks x conditions, see suites/): evaluate each --checkpoint or --watch checkpoint on every "
         "cell, one results.jsonl line per cell",
     )
+    until_decided: bool = _opt(
+        False,
+        "--suite: compare --checkpoint (B) with --baseline (A) look by look on common seeds, each cell until its "
+        "verdict is reached (better, worse; equivalent with --margin) or its budget is spent; writes OUT/a and OUT/b",
+    )
+    baseline: str | None = _opt(
+        None, "--until-decided: the baseline checkpoint A that --checkpoint (B) is compared with"
+    )
+    until_precise: str | float | None = _opt(
+        None,
+        "--suite: evaluate --checkpoint look by look, each cell until its mean's anytime-valid interval is this "
+        "narrow: a half-width in the task's units (e.g. 5) or a percentage of |mean| (e.g. 5%)",
+        metavar="W",
+    )
+    look_every: int | None = _opt(
+        None,
+        "--until-decided, --until-precise: episodes per look, per cell and per checkpoint: a multiple of the task's "
+        "num_envs (default: its num_envs, one episode per sub-env)",
+    )
+    max_episodes: int | None = _opt(
+        None,
+        "--until-decided, --until-precise: the most episodes per cell and per checkpoint, a multiple of the look "
+        "(default: the suite task's episodes)",
+    )
+    margin: float = _opt(
+        0.0, "--until-decided: equivalence margin in the task's units: a cell whose interval lies inside it stops"
+    )
+    alpha: float = _opt(
+        0.05, "--until-decided, --until-precise: the error over all cells and every look (each cell gets alpha/cells)"
+    )
     out: str | None = _opt(None, "results directory (default: runs/<timestamp>)")
     logger: str = _opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
     video: bool = _opt(False, "record an MP4 of each round's first episode")
@@ -205,6 +235,7 @@ class LaunchConfig:
                 )
             if self.serve:
                 raise ConfigError("--round-timeout bounds the rounds this launcher runs; --serve's are training's.")
+        self._validate_adaptive()
         self.info_keys = _info_keys(self.info_keys)
         for name in ("init_fn", "policy"):
             value = getattr(self, name)
@@ -213,6 +244,80 @@ class LaunchConfig:
                     f"--{name.replace('_', '-')} must look like 'package.module:function', got {value!r}."
                 )
         return self
+
+    def _validate_adaptive(self) -> None:
+        """The adaptive flags (``--until-decided``, ``--until-precise`` and theirs), each error one line."""
+        rule = self.adaptive
+        if self.until_decided and self.until_precise is not None:
+            raise ConfigError("give --until-decided (B against A) or --until-precise (one checkpoint), not both.")
+        if self.until_decided and not (self.baseline and self.suite):
+            raise ConfigError("--until-decided needs --baseline A and --suite FILE (beside --checkpoint B).")
+        if self.baseline and not self.until_decided:
+            raise ConfigError(
+                "--until-precise evaluates one checkpoint: --baseline is --until-decided's A."
+                if self.until_precise is not None
+                else "--baseline is the checkpoint A of --until-decided: add --until-decided."
+            )
+        if self.until_precise is not None:
+            self.precision  # noqa: B018 - a width the flag's words cannot give fails here, in one line
+            if not self.suite:
+                raise ConfigError("--until-precise needs --suite FILE (beside --checkpoint).")
+        if rule is None:
+            given = [f"--{n.replace('_', '-')}" for n in ("look_every", "max_episodes") if getattr(self, n) is not None]
+            given += ["--margin"] * (self.margin != 0.0) + ["--alpha"] * (self.alpha != 0.05)
+            if given:
+                raise ConfigError(f"{', '.join(given)} set the looks of --until-decided or --until-precise: add one.")
+            return
+        if self.source is None:
+            raise ConfigError(f"--{rule} needs --checkpoint FILE: the checkpoint it evaluates.")
+        if self.source != "checkpoint":
+            raise ConfigError(f"--{rule} evaluates the checkpoint --checkpoint names, not --{self.source}.")
+        if self.until_decided and self.launcher == "docker":
+            raise ConfigError(
+                "--until-decided runs with --launcher local: the Docker launcher does not mount --baseline."
+            )
+        if self.time_budget is not None:
+            raise ConfigError(f"--{rule} sizes its rounds in looks (--look-every): leave --time-budget out.")
+        if self.logger != "csv":
+            raise ConfigError(f"--{rule} writes its looks to results.jsonl only: leave --logger {self.logger} out.")
+        for name in ("look_every", "max_episodes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
+        if self.look_every is not None and self.max_episodes is not None and self.max_episodes < self.look_every:
+            raise ConfigError(
+                f"--max-episodes {self.max_episodes} < --look-every {self.look_every}: the budget must hold one look."
+            )
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"--alpha must be in (0, 1), got {self.alpha}.")
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise ConfigError(f"--margin must be a finite number >= 0, got {self.margin}.")
+        if self.margin and not self.until_decided:
+            raise ConfigError("--margin is --until-decided's equivalence margin; --until-precise has none.")
+
+    @property
+    def adaptive(self) -> str | None:
+        """The adaptive rule asked for: ``"until-decided"``, ``"until-precise"``, or None (a fixed-n run)."""
+        if self.until_decided:
+            return "until-decided"
+        return "until-precise" if self.until_precise is not None else None
+
+    @property
+    def precision(self) -> tuple[float, bool]:
+        """``--until-precise W`` as (half-width, relative): ``5`` -> (5.0, False), ``5%`` -> (0.05, True)."""
+        value = self.until_precise
+        text = str(value).strip()
+        relative = text.endswith("%")
+        try:
+            width = float(text[:-1] if relative else text)
+        except ValueError:
+            width = math.nan
+        if isinstance(value, bool) or not (math.isfinite(width) and width > 0):
+            raise ConfigError(
+                f"--until-precise: a half-width > 0 in the task's units (e.g. 5) or a percentage of |mean| "
+                f"(e.g. 5%), got {value!r}."
+            )
+        return (width / 100 if relative else width), relative
 
     @property
     def max_checkpoint_bytes(self) -> int:

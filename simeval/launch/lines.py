@@ -5,11 +5,12 @@ An evaluated job (checkpoint x cell) gets :func:`ok_line`: the result
 kind of run), the attempts, the run's plan (a plain run), where and how it ran,
 and the cell's fields (a suite's). A job that could not be evaluated gets
 :func:`failed_line`, with the same cell fields; a checkpoint file that could not be
-read, with the run's (``suite``).
+read, with the run's (``suite``). An adaptive run's look adds its :class:`Look` fields.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.launch.build import checkpoint_fields, record_context
@@ -24,6 +25,18 @@ if TYPE_CHECKING:
     from simeval.launch.session import Slot
 
 
+@dataclass(frozen=True)
+class Look:
+    """What an adaptive run's line adds about its look (:mod:`simeval.launch.adaptive`)."""
+
+    index: int
+    """The look, from 0."""
+    sequential: dict[str, Any]
+    """The look plan (:meth:`simeval.sequential.LookPlan.as_data`)."""
+    stop: str | None = None
+    """Why the cell stopped after this look (one of :data:`simeval.sequential.STOPS`), on its last look only."""
+
+
 def ok_line(
     cfg: LaunchConfig,
     ck: Checkpoint,
@@ -34,8 +47,10 @@ def ok_line(
     attempts: int,
     slot: Slot,
     with_plan: bool,
+    look: Look | None = None,
 ) -> dict[str, Any]:
-    """The line of ``ck``'s evaluation on ``cell`` in ``slot``, which took ``seconds`` (``with_plan``: a plain run)."""
+    """The line of ``ck``'s evaluation on ``cell`` in ``slot``, which took ``seconds`` (``with_plan``: a plain run;
+    ``look``: an adaptive run's look)."""
     return make_record(
         result,
         **checkpoint_fields(ck, cfg.watch),
@@ -44,6 +59,8 @@ def ok_line(
         **({"plan": plan_record(slot.plan)} if with_plan else {}),
         **record_context(cell.config(cfg), slot.plan, slot.env_backend),
         **cell.context(),
+        **({"look": look.index, "sequential": look.sequential} if look is not None else {}),
+        **({"stop": look.stop} if look is not None and look.stop is not None else {}),
     )
 
 
