@@ -79,3 +79,20 @@ def test_obs_norm_id_names_the_vecnorm():
         assert isinstance(resolve_model({"env": env}, OBS_NORM_ID), VecNormV2)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("flags", [[], ["-W", "default"]], ids=["quiet", "W-default"])
+def test_torchrl_vecnorm_experimental_warning_is_silenced_unless_asked_for(flags: list[str]) -> None:
+    """A run printed torchrl's VecNormV2 "experimental" warning 14 times; now none; ``-W default`` shows it."""
+    import subprocess
+    import sys
+
+    code = (
+        "from simeval.envs import make_env\n"
+        "env = make_env('HalfCheetah-v5', num_envs=2, max_steps=5)\n"
+        "env.rollout(3, break_when_any_done=False)\n"
+        "env.close()\n"
+    )
+    done = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("Support of VecNormV2" in done.stderr) == bool(flags), done.stderr

@@ -96,6 +96,25 @@ def step_cap(transforms: PlainTransforms) -> int | None:
     return min(caps) if caps else None
 
 
+def quiet_vecnorm() -> None:
+    """Silence torchrl's "Support of VecNormV2 for containers ... is experimental" in this process.
+
+    torchrl warns each time a VecNormV2 is attached to a batched env (at build, and again
+    whenever the transform is re-parented, e.g. on a worker's env), though batched
+    containers are what ``reduce_batch_dims`` is for: a launcher run printed it 14 times.
+    The filter is narrow (that message, from torchrl) and installed where envs are built,
+    so Ray actors and child processes get it too; ``python -W default`` shows it again.
+    """
+    import sys
+    import warnings
+
+    if any(opt.startswith("default") or opt.startswith("always") for opt in sys.warnoptions):
+        return
+    warnings.filterwarnings(
+        "ignore", message=r"Support of VecNormV2 for (containers|unbatched container)", category=UserWarning
+    )
+
+
 def append_layout(env: TransformedEnv, max_steps: int | None, obs_norm: bool) -> None:
     """Append the layout every env shares: DoubleToFloat, StepCounter, VecNormV2 (with ``obs_norm``), RewardSum.
 
@@ -112,9 +131,6 @@ def append_layout(env: TransformedEnv, max_steps: int | None, obs_norm: bool) ->
     env.append_transform(DoubleToFloat())
     env.append_transform(StepCounter(max_steps))
     if obs_norm:
-        import warnings
-
-        with warnings.catch_warnings():  # batched containers are what reduce_batch_dims is for
-            warnings.filterwarnings("ignore", message="Support of VecNormV2 for containers")
-            env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
+        quiet_vecnorm()
+        env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
     env.append_transform(RewardSum())
