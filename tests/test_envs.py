@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torchrl.envs.transforms import RewardSum, StepCounter, VecNormV2
@@ -84,9 +87,6 @@ def test_obs_norm_id_names_the_vecnorm():
 @pytest.mark.parametrize("flags", [[], ["-W", "default"]], ids=["quiet", "W-default"])
 def test_torchrl_vecnorm_experimental_warning_is_silenced_unless_asked_for(flags: list[str]) -> None:
     """A run printed torchrl's VecNormV2 "experimental" warning 14 times; now none; ``-W default`` shows it."""
-    import subprocess
-    import sys
-
     code = (
         "from simeval.envs import make_env\n"
         "env = make_env('HalfCheetah-v5', num_envs=2, max_steps=5)\n"
