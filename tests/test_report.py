@@ -89,3 +89,52 @@ def test_a_bound_that_is_missing_or_null_shows_as_nan_and_draws_no_band(tmp_path
     assert [line.split()[2:5] for line in lines] == [["2.0", "nan", "nan"], ["4.0", "nan", "0.0"]]
     png = curves.plot({"run": rows}, str(tmp_path / "curve.png"), {"base": rows[1]})
     assert open(png, "rb").read(8) == PNG
+
+
+def test_an_adaptive_runs_looks_are_one_row_per_checkpoint_and_cell(tmp_path, capsys):
+    """Lines with ``look`` (the launcher's --until-decided/--until-precise) of the same checkpoint and cell are one
+    row: every look's episodes joined in look order, the band the 95% confidence sequence replayed over the looks
+    (it holds however the run chose to stop); a fixed-n line beside them is shown as it is."""
+    from simeval.records import append_record
+    from simeval.report import runs
+    from simeval.sequential import SequentialMean
+
+    plan = {"rule": "until-precise", "alpha": 0.05, "rows": 2, "look_every": 4, "max_episodes": 12,
+            "margin": 0.0, "precision": 10.0, "relative": False}  # fmt: skip
+    looks = {"a": [[10.0, 12.0, 11.0, 13.0], [9.0, 12.5, 11.5, 10.5], [12.0, 11.0, 10.0, 13.0]], "b": [[50.0] * 4]}
+    lines = []
+    for look in range(3):  # the launcher writes look L of every cell still running, cell after cell
+        for condition, parts in looks.items():
+            if look < len(parts):
+                line = {"status": "ok", "step": 1000, "checkpoint_name": "ck.pt", "task": "T", "condition": condition,
+                        "metrics": {"reward": sum(parts[look]) / 4, "num_episodes": 4},
+                        "episode_returns": parts[look], "episode_seeds": list(range(4 * look, 4 * look + 4)),
+                        "look": look, "sequential": plan, "bounds": {"low": 0.0, "high": 100.0}}  # fmt: skip
+                if look == len(parts) - 1:
+                    line["stop"] = "budget"
+                lines.append(line)
+    lines.append({"status": "ok", "step": 2000, "checkpoint_name": "ck2.pt", "task": "T", "condition": "a",
+                  "metrics": {"reward": 7.0, "reward_ci_low": 6.0, "reward_ci_high": 8.0, "num_episodes": 2},
+                  "episode_returns": [6.5, 7.5]})  # fmt: skip
+    out = tmp_path / "run"
+    for line in lines:
+        append_record(str(out / "results.jsonl"), line)
+    merged = runs.merge_looks(runs.read_results(str(out)))
+    assert [(m["condition"], m["step"], m.get("looks")) for m in merged] == [
+        ("a", 1000, 3),
+        ("b", 1000, 1),
+        ("a", 2000, None),
+    ]
+    joined = [x for part in looks["a"] for x in part]
+    assert merged[0]["episode_returns"] == joined and merged[0]["episode_seeds"] == list(range(12))
+    seq = SequentialMean(0.95, (0.0, 100.0), plan_n=4)
+    for part in looks["a"]:
+        seq.update(part)
+    m = merged[0]["metrics"]
+    assert (m["reward"], m["reward_ci_low"], m["reward_ci_high"], m["num_episodes"]) == (
+        sum(joined) / 12, seq.low, seq.high, 12)  # fmt: skip
+    assert merged[0]["stop"] == "budget" and "look" not in merged[0]
+    assert merged[2] == lines[-1]
+    assert cli.main([str(out), "--output", str(tmp_path / "curve.png")]) == 0
+    assert [(step, episodes) for _label, step, *_, episodes in _rows(capsys.readouterr().out)] == [
+        ("1,000", "12"), ("1,000", "4"), ("2,000", "2")]  # fmt: skip

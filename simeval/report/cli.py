@@ -1,7 +1,8 @@
 """``python -m simeval.report OUT [OUT2 ...]`` (eval curves and a table) and ``... compare RUN_A RUN_B``.
 
 The first plots mean eval return against training step with its 95% bootstrap band,
-one line per run directory, and prints every evaluation as a table. ``--reference
+one line per run directory, and prints every evaluation as a table (an adaptive run's
+looks of a checkpoint are one row: :func:`simeval.report.runs.merge_looks`). ``--reference
 DIR`` draws a run's last evaluation as a horizontal line with its band across the plot
 (a baseline: an untrained policy, another method). Each directory is labelled by the
 fewest trailing path parts that tell it from the others (``seed0/out``, ``seed1/out``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -25,7 +27,7 @@ from simeval.records import ResultsFileError
 from simeval.report.comparison import CompareError, compare, json_rows
 from simeval.report.curves import plot, table
 from simeval.report.html import write_html
-from simeval.report.runs import labels, read_results
+from simeval.report.runs import labels, merge_looks, read_results
 from simeval.report.text import print_text
 
 PROG = "python -m simeval.report compare"
@@ -39,6 +41,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"simeval-report compare: error: {message}\n")
 
 
+def _margin(text: str) -> float:
+    """``--margin``'s value: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (the margin in the task's units)") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0 (the margin in the task's units)")
+    return value
+
+
+def _alpha(text: str) -> float:
+    """``--alpha``'s value: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.05 is usual)") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must lie strictly between 0 and 1 (0.05 is usual)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``python -m simeval.report compare``."""
     parser = _Parser(prog=PROG, description="is B better than A, cell by cell and overall?")
@@ -46,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("run_b", metavar="RUN_B", help="the candidate, said better or worse than A")
     parser.add_argument("--step-a", type=int, help="compare A's evaluation at this step (default: each cell's highest)")
     parser.add_argument("--step-b", type=int, help="compare B's evaluation at this step (default: each cell's highest)")
+    parser.add_argument(
+        "--margin",
+        type=_margin,
+        metavar="D",
+        help="equivalence margin in the task's units: a cell whose B - A interval lies inside (-D, D) is "
+        "'equivalent' (default: none; an adaptive run's cells use their look plan's)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=0.05,
+        help="family-wise error of the fixed-n cells' verdicts, shared among the cells (Bonferroni; default 0.05)",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
     return parser
@@ -55,21 +92,33 @@ def compare_main(argv: Sequence[str]) -> int:
     """``compare RUN_A RUN_B``: print the comparison (or ``--json``), write ``--html``; the exit code (2 on bad input).
 
     Every error is one line on stderr (exit code 2): a directory without
-    results, a missing ``--step-a``/``--step-b``, cells whose episodes differ.
+    results, a missing ``--step-a``/``--step-b``, cells whose episodes differ. With
+    ``--json``, what the replay of an adaptive run found is a ``warning:`` line on stderr.
     """
     args = build_parser().parse_args(list(argv))
     label_a, label_b = labels([args.run_a, args.run_b])
     try:
         rows_a, rows_b = read_results(args.run_a), read_results(args.run_b)
         result = compare(
-            rows_a, rows_b, args.run_a, args.run_b, label_a, label_b, step_a=args.step_a, step_b=args.step_b
+            rows_a,
+            rows_b,
+            args.run_a,
+            args.run_b,
+            label_a,
+            label_b,
+            step_a=args.step_a,
+            step_b=args.step_b,
+            alpha=args.alpha,
+            margin=args.margin,
         )
-    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, KeyError, CompareError) as exc:
+    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, KeyError, ValueError, CompareError) as exc:
         message = f"a results line has no {exc}" if isinstance(exc, KeyError) else str(exc)
         print(f"simeval-report compare: error: {message}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(json_rows(result), indent=2, allow_nan=False))
+        for warning in result.warnings:  # the JSON stays a list of rows: the replay's warnings go to stderr
+            print(f"simeval-report compare: warning: {warning}", file=sys.stderr)
     else:
         print_text(result)
     if args.html:
@@ -101,15 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     named = labels([*args.runs, *args.reference])
     run_names, reference_names = named[: len(args.runs)], named[len(args.runs) :]
     try:
-        runs = {label: read_results(d) for label, d in zip(run_names, args.runs, strict=True)}
+        runs = {label: merge_looks(read_results(d)) for label, d in zip(run_names, args.runs, strict=True)}
         references = {}
         for label, d in zip(reference_names, args.reference, strict=True):
-            rows = read_results(d)
+            rows = merge_looks(read_results(d))
             if not rows:
                 print(f"simeval-report: error: --reference {d} has no successful evaluation.", file=sys.stderr)
                 return 2
             references[f"{label} (reference)" if label in runs else label] = rows
-    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError) as exc:
+    except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, ValueError) as exc:
         print(f"simeval-report: error: {exc}", file=sys.stderr)
         return 2
     print(table({**runs, **references}))

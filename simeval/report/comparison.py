@@ -4,12 +4,23 @@ A run directory's results.jsonl holds one line per evaluated (checkpoint,
 cell), a cell being a suite's (task, condition); a plain evaluation's line is
 the cell (its env, ``nominal``). For every cell both runs evaluated, the two
 runs' episodes are paired by their ``episode_seeds`` (the same episodes, so
-the difference B - A is measured episode by episode) and compared with
-:func:`simeval.stats.paired`; the verdicts are Holm-corrected over the cells
-(:func:`simeval.stats.verdicts`). An aggregate row gives the IQM of each run
-over all cells (of normalised scores when every task has a reference), their
-difference with a paired stratified bootstrap interval, and rliable's
-probability of improvement.
+the difference B - A is measured episode by episode) and compared by one
+procedure whose verdict reads its interval:
+
+* a fixed-n cell (lines without ``look``): :func:`simeval.stats.paired` (Student's
+  t-interval on the differences, or the betting interval when both lines declare the
+  same ``bounds``), at the cell's share of the family's alpha
+  (:func:`simeval.stats.family_confidence`, Bonferroni over the cells); a cell whose
+  episodes record success splits its share in half between its return and its success
+  (:func:`simeval.stats.mcnemar`);
+* an adaptive run's cell (one line per look, with ``look`` and ``sequential``): the
+  run's :class:`simeval.sequential.LookPlan` replayed look by look
+  (``plan.paired(...)``, ``plan.mcnemar(...)``), its stop reason recomputed.
+
+The aggregate row is :func:`simeval.stats.mean_of_intervals` over the cells' return
+intervals, each divided by its task's reference width (else its bounds' width, else
+1): the mean over cells of normalised paired differences, cells weighted equally. It
+holds whenever every cell's interval holds, so it adds no error to the family.
 
 This module reads nothing and draws nothing: :mod:`simeval.report.cli` reads the two
 directories and hands their lines to :func:`compare`; :mod:`simeval.report.text` and
@@ -18,6 +29,8 @@ directories and hands their lines to :func:`compare`; :mod:`simeval.report.text`
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +38,41 @@ from typing import Any
 import numpy as np
 
 from simeval import stats
-from simeval.metrics import bootstrap_ci
 from simeval.records import plain
+from simeval.report.runs import merge_looks
+from simeval.sequential import LookPlan, SequentialMean, SequentialPaired, verdict_of
 
 NOMINAL = "nominal"  # the condition of a plain (non-suite) evaluation
-JSON_KEYS = ("task", "condition", "mean_a", "mean_b", "diff", "diff_ci_low", "diff_ci_high", "p_improvement", "verdict")
+FIXED = "fixed"  # the stop column of a fixed-n cell
+UNFINISHED = "unfinished"  # an adaptive cell whose replay would look again, but the lines end
+# Per-episode success lists, in the order one is chosen: the first that both lines carry.
+SUCCESS_KEYS = ("episode_success_once", "episode_success_at_end")
+JSON_KEYS = (
+    "task",
+    "condition",
+    "mean_a",
+    "mean_b",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "confidence",
+    "verdict",
+    "method",
+    "episodes",
+    "stop",
+    "pairing_gain",
+    "share_b_ahead",
+    "success_a",
+    "success_b",
+    "success_verdict",
+    "scale",
+)
+METHODS = {
+    "t": "Student's t-interval on the paired differences",
+    "betting": "betting interval under the declared bounds (finite-sample)",
+    "t-mixture CS": "the adaptive run's t-mixture confidence sequence, replayed over its looks",
+    "betting CS": "the adaptive run's betting confidence sequence (declared bounds), replayed over its looks",
+}
 Cell = tuple[str, str]  # (task, condition)
 
 
@@ -37,9 +80,53 @@ class CompareError(Exception):
     """Input that cannot be compared; its message is one line, printed as the command's error."""
 
 
+@dataclass(frozen=True)
+class Success:
+    """Success of B against success of A on a cell's paired episodes (McNemar's test, or its sequential form).
+
+    Attributes:
+        key: the per-episode list compared (``episode_success_once`` or ``episode_success_at_end``).
+        rate_a: A's success rate on the paired episodes.
+        rate_b: B's.
+        b_only: episodes B succeeded in and A failed.
+        a_only: episodes A succeeded in and B failed.
+        share: the share of the discordant episodes B won, with its interval (0.5: no difference).
+        verdict: ``better``, ``worse`` or ``inconclusive``, read from ``share``'s interval.
+    """
+
+    key: str
+    rate_a: float
+    rate_b: float
+    b_only: int
+    a_only: int
+    share: stats.Interval
+    verdict: str
+
+
 @dataclass
 class CellResult:
-    """One cell both runs evaluated: the two lines, their paired episodes and the comparison."""
+    """One cell both runs evaluated: the lines, their paired episodes and the comparison.
+
+    Attributes:
+        task: the cell's task.
+        condition: the cell's condition.
+        record_a: A's line compared (an adaptive cell's last common look).
+        record_b: B's.
+        returns_a: A's per-episode returns on the paired episodes (every compared look's, in look order).
+        returns_b: B's, in the same order.
+        paired: the return's comparison; ``paired.diff`` is the interval, ``paired.verdict`` its verdict,
+            ``paired.method`` the procedure (``t``, ``betting``, ``t-mixture CS``, ``betting CS``).
+        confidence: the level of the return's interval (the cell's share of the family).
+        spend: the cell's share of the family-wise error (return and success together).
+        family: who set the cell's share: ``("fixed", alpha, cells)`` or ``(rule, alpha, rows)`` of a look plan.
+        stop: ``fixed``, or an adaptive cell's replayed stop reason (``decided``, ``equivalent``,
+            ``precise``, ``budget``, ``unfinished``).
+        looks: the looks compared (None for a fixed cell).
+        success: success compared as success, when both runs' episodes record it.
+        bounds: the declared bounds used, or None.
+        reference: the task's reference (untrained, expert scores), or None.
+        scale: what the aggregate row divides this cell's difference by (1 until :func:`compare` sets it).
+    """
 
     task: str
     condition: str
@@ -47,24 +134,45 @@ class CellResult:
     record_b: dict
     returns_a: np.ndarray
     returns_b: np.ndarray
-    ci_a: tuple[float, float]
-    ci_b: tuple[float, float]
     paired: stats.Paired
-    verdict: str = "inconclusive"
+    confidence: float
+    spend: float
+    family: tuple[str, float, int]
+    stop: str = FIXED
+    looks: int | None = None
+    success: Success | None = None
+    bounds: tuple[float, float] | None = None
+    reference: tuple[float, float] | None = None
+    scale: float = 1.0
+
+    @property
+    def verdict(self) -> str:
+        """The return's verdict (read from ``paired.diff``)."""
+        return self.paired.verdict
 
 
 @dataclass
 class Aggregate:
-    """The row over all cells: IQMs of A and B, their paired difference and P(B > A) across tasks."""
+    """The row over all cells: the mean over cells of normalised paired differences, cells weighted equally.
 
-    normalised: bool
-    iqm_a: stats.Interval
-    iqm_b: stats.Interval
+    Attributes:
+        normalised_by: ``reference`` (each task's reference width), ``bounds`` (each cell's bounds'
+            width) or ``raw`` (no scaling: not every task has either).
+        mean_a: the mean over cells of A's normalised mean return.
+        mean_b: the same for B (``diff.value == mean_b - mean_a``).
+        diff: :func:`simeval.stats.mean_of_intervals` over the cells' return intervals and scales.
+        verdict: ``better``/``worse`` when ``diff``'s interval lies above/below 0, else ``inconclusive``.
+        confidence: the probability that every cell's return interval holds, so that this one does.
+        episodes: the paired episodes over all cells.
+    """
+
+    normalised_by: str
+    mean_a: float
+    mean_b: float
     diff: stats.Interval
-    p_improvement: float
     verdict: str
-    scores_a: dict[str, np.ndarray]  # per cell ("task / condition"): the per-episode scores aggregated
-    scores_b: dict[str, np.ndarray]
+    confidence: float
+    episodes: int
 
 
 @dataclass
@@ -79,12 +187,18 @@ class Comparison:
     aggregate: Aggregate
     only_a: list[Cell]
     only_b: list[Cell]
-    rows_a: list[dict]  # every successful line of each run: the training curves
+    rows_a: list[dict]  # every successful line of each run, an adaptive run's looks merged: the training curves
     rows_b: list[dict]
     alpha: float = 0.05
-    confidence: float = 0.95
+    margin: float = 0.0
     steps_a: list[tuple[int, str]] = field(default_factory=list)  # (step, checkpoint name) of the compared lines
     steps_b: list[tuple[int, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # one line each: what the replay of adaptive runs found
+
+    @property
+    def family_error(self) -> float:
+        """The family-wise error of every verdict of the table: the cells' shares summed (Bonferroni)."""
+        return sum(c.spend for c in self.cells)
 
 
 # -- reading lines --------------------------------------------------------------------------------
@@ -96,8 +210,15 @@ def cell_of(record: Mapping[str, Any]) -> Cell:
     return str(task), str(record.get("condition") or NOMINAL)
 
 
-def select(rows: Sequence[Mapping[str, Any]], step: int | None, where: str, flag: str) -> dict[Cell, dict]:
-    """Per cell, the line compared: the highest step (the last line written of it), or the line at ``step``.
+def _name(cell: Cell) -> str:
+    return f"{cell[0]} / {cell[1]}"
+
+
+def select(rows: Sequence[Mapping[str, Any]], step: int | None, where: str, flag: str) -> dict[Cell, list[dict]]:
+    """Per cell, the lines compared: of the highest step (the last line written of it), or of ``step``.
+
+    A fixed-n evaluation is one line; an adaptive run's (lines with ``look``) is every look of
+    the same checkpoint (step and ``checkpoint_name``) on the cell, in file order.
 
     Args:
         rows: a run's successful lines, sorted by step (``report.read_results``).
@@ -106,7 +227,7 @@ def select(rows: Sequence[Mapping[str, Any]], step: int | None, where: str, flag
         flag: the flag that gave ``step``, for the error message.
 
     Returns:
-        ``{(task, condition): line}``, in the order cells first appear in the file.
+        ``{(task, condition): [line, ...]}``, in the order cells first appear in the file.
 
     Raises:
         CompareError: when no line has ``step``, or the run has no successful line at all.
@@ -119,11 +240,53 @@ def select(rows: Sequence[Mapping[str, Any]], step: int | None, where: str, flag
             have = ", ".join(f"{s:,}" for s in sorted({int(r["step"]) for r in rows}))
             raise CompareError(f"{flag} {step}: {where} has no evaluation at step {step:,} (it has steps {have}).")
         rows = picked
-    order: dict[Cell, None] = dict.fromkeys(cell_of(r) for r in rows)
-    out: dict[Cell, dict] = {}
+    last: dict[Cell, Mapping[str, Any]] = {}
+    groups: dict[tuple[Cell, int, str], list[dict]] = {}
     for r in rows:  # sorted by step (a stable sort): the last line of a cell is its highest step, newest
-        out[cell_of(r)] = dict(r)
-    return {c: out[c] for c in order}
+        cell = cell_of(r)
+        last[cell] = r
+        if "look" in r:
+            groups.setdefault((cell, int(r["step"]), str(r.get("checkpoint_name") or "")), []).append(dict(r))
+    out: dict[Cell, list[dict]] = {}
+    for cell, r in last.items():
+        if "look" in r:
+            out[cell] = groups[(cell, int(r["step"]), str(r.get("checkpoint_name") or ""))]
+        else:
+            out[cell] = [dict(r)]
+    return out
+
+
+def episode_order(a: Mapping[str, Any], b: Mapping[str, Any], cell: Cell, dir_a: str, dir_b: str) -> list[int]:
+    """The positions in ``b``'s episode lists of ``a``'s episodes, one by one (matched by ``episode_seeds``).
+
+    The same seed list pairs episode by episode; the same seeds in another order are put in
+    ``a``'s order.
+
+    Raises:
+        CompareError: when a line has no ``episode_seeds`` (an unseeded run), as many seeds as returns,
+            or the seeds differ.
+    """
+    name = _name(cell)
+    seeds_a, seeds_b = a.get("episode_seeds"), b.get("episode_seeds")
+    for seeds, line, where in ((seeds_a, a, dir_a), (seeds_b, b, dir_b)):
+        if not seeds:
+            raise CompareError(
+                f"cell {name}: {where} has no episode_seeds, so its episodes cannot be paired with the other "
+                "run's: evaluate both runs with a seed (--seed)."
+            )
+        returns = line.get("episode_returns") or []
+        if len(seeds) != len(returns):
+            raise CompareError(
+                f"cell {name}: {where} has {len(returns)} episode returns for {len(seeds)} episode seeds."
+            )
+    if list(seeds_a) == list(seeds_b):
+        return list(range(len(seeds_b)))
+    if sorted(seeds_a) == sorted(seeds_b) and len(set(seeds_a)) == len(seeds_a):
+        position = {s: k for k, s in enumerate(seeds_b)}
+        return [position[s] for s in seeds_a]
+    raise CompareError(
+        f"cell {name} of {dir_a} and {dir_b}: not the same episodes: evaluate both with the same suite file."
+    )
 
 
 def paired_episodes(
@@ -131,44 +294,42 @@ def paired_episodes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The per-episode returns of ``a`` and ``b`` on the same episodes, in ``a``'s episode order.
 
-    Episodes are matched by ``episode_seeds``: the same list pairs episode by
-    episode; the same seeds in another order are put in ``a``'s order.
-
     Raises:
-        CompareError: when a line has no ``episode_seeds`` (an unseeded run), or the seeds differ.
+        CompareError: see :func:`episode_order`.
     """
-    name = f"{cell[0]} / {cell[1]}"
-    seeds_a, seeds_b = a.get("episode_seeds"), b.get("episode_seeds")
-    for seeds, where in ((seeds_a, dir_a), (seeds_b, dir_b)):
-        if not seeds:
-            raise CompareError(
-                f"cell {name}: {where} has no episode_seeds, so its episodes cannot be paired with the other "
-                "run's: evaluate both runs with a seed (--seed)."
-            )
-    returns_a = np.asarray(a.get("episode_returns") or [], dtype=np.float64)
-    returns_b = np.asarray(b.get("episode_returns") or [], dtype=np.float64)
-    for seeds, returns, where in ((seeds_a, returns_a, dir_a), (seeds_b, returns_b, dir_b)):
-        if len(seeds) != len(returns):
-            raise CompareError(
-                f"cell {name}: {where} has {len(returns)} episode returns for {len(seeds)} episode seeds."
-            )
-    if list(seeds_a) == list(seeds_b):
-        return returns_a, returns_b
-    if sorted(seeds_a) == sorted(seeds_b) and len(set(seeds_a)) == len(seeds_a):
-        position = {s: k for k, s in enumerate(seeds_b)}
-        return returns_a, returns_b[[position[s] for s in seeds_a]]
-    raise CompareError(
-        f"cell {name} of {dir_a} and {dir_b}: not the same episodes: evaluate both with the same suite file."
-    )
+    order = episode_order(a, b, cell, dir_a, dir_b)
+    return _floats(a, "episode_returns"), _floats(b, "episode_returns")[order]
 
 
-def _interval(record: Mapping[str, Any], returns: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The line's own CI of the mean return (what ``report`` shows); a bootstrap of ``returns`` without one."""
-    m = record.get("metrics") or {}
-    low, high = m.get("reward_ci_low"), m.get("reward_ci_high")
-    if low is None or high is None:
-        return bootstrap_ci(returns, confidence=confidence)
-    return float(low), float(high)
+def _floats(line: Mapping[str, Any], key: str) -> np.ndarray:
+    return np.asarray(line.get(key) or [], dtype=np.float64)
+
+
+def success_key(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """The per-episode success list both lines carry, ``episode_success_once`` first; None when they share none.
+
+    A list counts when it has one value per episode return.
+    """
+    for key in SUCCESS_KEYS:
+        if all(_has_list(line, key) for line in (a, b)):
+            return key
+    return None
+
+
+def _has_list(line: Mapping[str, Any], key: str) -> bool:
+    values = line.get(key)
+    return isinstance(values, list) and len(values) > 0 and len(values) == len(line.get("episode_returns") or [])
+
+
+def _pair_of(value: Any, what: str, where: str) -> tuple[float, float]:
+    """``{"low": L, "high": H}`` as floats; CompareError naming ``where`` when it is not one."""
+    try:
+        low, high = float(value["low"]), float(value["high"])
+    except (KeyError, TypeError, ValueError):
+        raise CompareError(f"{where}: its {what} is not {{'low': L, 'high': H}} (got {value!r}).") from None
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise CompareError(f"{where}: its {what} must be finite, got {low:g}..{high:g}.")
+    return low, high
 
 
 def _reference(a: Mapping[str, Any], b: Mapping[str, Any], cell: Cell) -> tuple[float, float] | None:
@@ -176,8 +337,8 @@ def _reference(a: Mapping[str, Any], b: Mapping[str, Any], cell: Cell) -> tuple[
     ref_a, ref_b = a.get("reference"), b.get("reference")
     if not ref_a or not ref_b:
         return None
-    pair_a = (float(ref_a["low"]), float(ref_a["high"]))
-    pair_b = (float(ref_b["low"]), float(ref_b["high"]))
+    pair_a = _pair_of(ref_a, "reference", f"task {cell[0]}")
+    pair_b = _pair_of(ref_b, "reference", f"task {cell[0]}")
     if pair_a != pair_b:
         raise CompareError(
             f"task {cell[0]}: the runs normalise by different references ({pair_a[0]:g}..{pair_a[1]:g} "
@@ -186,18 +347,299 @@ def _reference(a: Mapping[str, Any], b: Mapping[str, Any], cell: Cell) -> tuple[
     return pair_a
 
 
-def _verdict(diff: stats.Interval) -> str:
-    """The aggregate's verdict: better when the difference's interval lies above 0, worse below."""
-    if diff.low > 0:
-        return "better"
-    if diff.high < 0:
-        return "worse"
-    return "inconclusive"
+def _bounds(
+    a: Mapping[str, Any], b: Mapping[str, Any], cell: Cell, dir_a: str, dir_b: str, warnings: list[str]
+) -> tuple[float, float] | None:
+    """The declared bounds on one episode's return when both lines carry the same ``bounds``, else None.
+
+    Bounds declared by one run only are not used (a warning says so): the other run's episodes were
+    never checked against them.
+    """
+    name = _name(cell)
+    got_a, got_b = a.get("bounds"), b.get("bounds")
+    if got_a is None and got_b is None:
+        return None
+    if got_a is None or got_b is None:
+        where = dir_a if got_a is not None else dir_b
+        warnings.append(f"cell {name}: only {where} declares bounds; the comparison uses none (a t-interval).")
+        return None
+    pair_a = _pair_of(got_a, "bounds", f"cell {name} of {dir_a}")
+    pair_b = _pair_of(got_b, "bounds", f"cell {name} of {dir_b}")
+    if pair_a != pair_b:
+        raise CompareError(
+            f"cell {name}: the runs declare different bounds ({pair_a[0]:g}..{pair_a[1]:g} in {dir_a}, "
+            f"{pair_b[0]:g}..{pair_b[1]:g} in {dir_b}): evaluate both with the same suite file."
+        )
+    if not pair_a[0] < pair_a[1]:
+        raise CompareError(f"cell {name}: its bounds {pair_a[0]:g}..{pair_a[1]:g} need low < high: fix the suite file.")
+    return pair_a
 
 
-def _steps(rows: Mapping[Cell, Mapping[str, Any]]) -> list[tuple[int, str]]:
+def _success(key: str, sa: np.ndarray, sb: np.ndarray, share: stats.Interval, verdict: str) -> Success:
+    a, b = sa != 0, sb != 0
+    return Success(
+        key=key,
+        rate_a=float(a.mean()),
+        rate_b=float(b.mean()),
+        b_only=int((b & ~a).sum()),
+        a_only=int((a & ~b).sum()),
+        share=share,
+        verdict=verdict,
+    )
+
+
+# -- one cell -------------------------------------------------------------------------------------
+
+
+def _fixed_cell(
+    a: dict, b: dict, cell: Cell, dirs: tuple[str, str], alpha: float, cells: int, margin: float, warnings: list[str]
+) -> CellResult:
+    """A fixed-n cell: :func:`stats.paired` (and :func:`stats.mcnemar`) at the cell's share of ``alpha``."""
+    dir_a, dir_b = dirs
+    order = episode_order(a, b, cell, dir_a, dir_b)
+    returns_a, returns_b = _floats(a, "episode_returns"), _floats(b, "episode_returns")[order]
+    key = success_key(a, b)
+    confidence = stats.family_confidence(alpha, cells * (2 if key else 1))
+    bounds = _bounds(a, b, cell, dir_a, dir_b, warnings)
+    try:
+        result = stats.paired(returns_a, returns_b, confidence=confidence, bounds=bounds, margin=margin)
+        success = None
+        if key:
+            sa, sb = _floats(a, key), _floats(b, key)[order]
+            m = stats.mcnemar(sa, sb, confidence=confidence)
+            success = _success(key, sa, sb, m.share, m.verdict)
+    except ValueError as exc:  # no episodes, a value that is not finite, or one outside the bounds
+        raise CompareError(f"cell {_name(cell)} of {dir_a} and {dir_b}: {exc}") from None
+    return CellResult(
+        cell[0], cell[1], a, b, returns_a, returns_b, result, confidence, alpha / cells, ("fixed", alpha, cells),
+        success=success, bounds=bounds, reference=_reference(a, b, cell),
+    )  # fmt: skip
+
+
+def _looks(lines: list[dict], cell: Cell, where: str) -> dict[int, dict]:
+    """An adaptive cell's lines by look number; CompareError when a look is not a number >= 0."""
+    out = {}
+    for line in lines:
+        look = line.get("look")
+        if isinstance(look, bool) or not isinstance(look, int) or look < 0:
+            raise CompareError(f"cell {_name(cell)} of {where}: a line's look is {look!r}, not an integer >= 0.")
+        out[look] = line  # a look written twice (a resume): the newest line counts
+    return out
+
+
+def _prefix(looks: Mapping[int, dict]) -> int:
+    """How many looks from 0 on are there without a gap."""
+    k = 0
+    while k in looks:
+        k += 1
+    return k
+
+
+def _plan(line: Mapping[str, Any], cell: Cell, where: str) -> LookPlan:
+    try:
+        return LookPlan.from_data(line.get("sequential"), where=f"cell {_name(cell)} of {where}, look 0: sequential")
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+
+
+_PLAN_FIELDS = ("rule", "alpha", "rows", "look_every", "margin")  # what the paired replay depends on
+
+
+def _adaptive_cell(
+    lines_a: list[dict],
+    lines_b: list[dict],
+    cell: Cell,
+    dirs: tuple[str, str],
+    margin: float | None,
+    warnings: list[str],
+) -> CellResult:
+    """An adaptive run's cell: its look plan replayed over the looks both runs have, one update per look."""
+    dir_a, dir_b = dirs
+    name = _name(cell)
+    looks_a, looks_b = _looks(lines_a, cell, dir_a), _looks(lines_b, cell, dir_b)
+    have_a, have_b = _prefix(looks_a), _prefix(looks_b)
+    common = min(have_a, have_b)
+    if common == 0:
+        missing = dir_a if have_a == 0 else dir_b
+        raise CompareError(f"cell {name}: {missing} has no look 0 of it, so no look can be compared.")
+    plan_a, plan_b = _plan(looks_a[0], cell, dir_a), _plan(looks_b[0], cell, dir_b)
+    for key in _PLAN_FIELDS:
+        if getattr(plan_a, key) != getattr(plan_b, key):
+            raise CompareError(
+                f"cell {name}: the runs' look plans differ in {key} ({getattr(plan_a, key)!r} in {dir_a}, "
+                f"{getattr(plan_b, key)!r} in {dir_b}): compare runs launched with the same plan."
+            )
+    plan = dataclasses.replace(plan_a, max_episodes=min(plan_a.max_episodes, plan_b.max_episodes))
+    if len(looks_a) != have_a or len(looks_b) != have_b or have_a != have_b:
+        warnings.append(
+            f"cell {name}: compares looks 0..{common - 1}, those both runs have from look 0 on "
+            f"({dir_a} has {len(looks_a)}, {dir_b} has {len(looks_b)})."
+        )
+    if margin is not None and margin != plan.margin:
+        warnings.append(f"cell {name}: its look plan's margin {plan.margin:g} is used, not --margin {margin:g}.")
+    bounds = _bounds(looks_a[0], looks_b[0], cell, dir_a, dir_b, warnings)
+    pairs = [(looks_a[k], looks_b[k]) for k in range(common)]
+    keys = [success_key(a, b) for a, b in pairs]
+    key = keys[0] if len(set(keys)) == 1 else None
+    seq = plan.paired(bounds, name, with_success=key is not None)
+    success_seq = plan.mcnemar(name) if key else None
+    parts: list[tuple[np.ndarray, ...]] = []
+    first_stop: tuple[int, str] | None = None
+    try:
+        for k, (a, b) in enumerate(pairs):
+            if _bounds(a, b, cell, dir_a, dir_b, []) != bounds:
+                raise CompareError(f"cell {name}: look {k} declares other bounds than look 0: fix the results files.")
+            order = episode_order(a, b, cell, dir_a, dir_b)
+            ra, rb = _floats(a, "episode_returns"), _floats(b, "episode_returns")[order]
+            seq.update(ra, rb)
+            part = (ra, rb)
+            if success_seq is not None:
+                sa, sb = _floats(a, key), _floats(b, key)[order]
+                success_seq.update(sa, sb)
+                part += (sa, sb)
+            parts.append(part)
+            if first_stop is None and plan.rule == "until-decided":
+                reason = plan.stop(seq)
+                first_stop = None if reason is None else (k, reason)
+    except ValueError as exc:  # a value that is not finite, or one outside the bounds: the message names the episode
+        raise CompareError(f"cell {exc} (A: {dir_a}, B: {dir_b})") from None
+    returns_a = np.concatenate([p[0] for p in parts])
+    returns_b = np.concatenate([p[1] for p in parts])
+    last_a, last_b = pairs[-1]
+    if plan.rule == "until-decided":
+        stop = _decided_stop(plan, seq, first_stop, last_a, last_b, common, cell, warnings)
+    else:
+        stop = _precise_stop(looks_a, looks_b, (plan_a, plan_b), bounds, cell, dirs, warnings)
+    described = stats.paired(returns_a, returns_b)  # the means, B ahead and the pairing gain of these episodes
+    result = dataclasses.replace(
+        described,
+        diff=stats.Interval(seq.diff, seq.low, seq.high),
+        verdict=seq.verdict,
+        method="betting CS" if bounds is not None else "t-mixture CS",
+    )
+    success = None
+    if success_seq is not None:
+        sa, sb = np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
+        m = success_seq.discordant
+        share = stats.Interval(float(np.mean(sb[sa != sb] != 0)) if m else math.nan, success_seq.low, success_seq.high)
+        success = _success(key, sa, sb, share, success_seq.verdict)
+    return CellResult(
+        cell[0], cell[1], last_a, last_b, returns_a, returns_b, result, plan.confidence(key is not None),
+        plan.alpha / plan.rows, (plan.rule, plan.alpha, plan.rows), stop=stop, looks=common, success=success,
+        bounds=bounds, reference=_reference(last_a, last_b, cell),
+    )  # fmt: skip
+
+
+def _recorded(*lines: Mapping[str, Any]) -> set[str]:
+    return {str(line["stop"]) for line in lines if line.get("stop") is not None}
+
+
+def _decided_stop(
+    plan: LookPlan,
+    seq: SequentialPaired,
+    first_stop: tuple[int, str] | None,
+    last_a: Mapping[str, Any],
+    last_b: Mapping[str, Any],
+    common: int,
+    cell: Cell,
+    warnings: list[str],
+) -> str:
+    """``--until-decided``: the replayed stop after the last common look; a warning where the lines disagree."""
+    name = _name(cell)
+    replayed = plan.stop(seq) or UNFINISHED
+    recorded = _recorded(last_a, last_b)
+    if recorded and recorded != {replayed}:
+        said = " and ".join(sorted(repr(r) for r in recorded))
+        warnings.append(
+            f"cell {name}: the run recorded stop {said} after look {common - 1}, the replay of its look plan "
+            f"says {replayed!r}: the replay is reported."
+        )
+    if first_stop is not None and first_stop[0] < common - 1:
+        warnings.append(
+            f"cell {name}: the replay stops after look {first_stop[0]} ({first_stop[1]}), the lines go on to look "
+            f"{common - 1}: every look is used (the confidence sequence holds at every look)."
+        )
+    return replayed
+
+
+def _precise_stop(
+    looks_a: Mapping[int, dict],
+    looks_b: Mapping[int, dict],
+    plans: tuple[LookPlan, LookPlan],
+    bounds: tuple[float, float] | None,
+    cell: Cell,
+    dirs: tuple[str, str],
+    warnings: list[str],
+) -> str:
+    """``--until-precise``: each run's own stop, from its mean's sequence replayed over all of its looks."""
+    name = _name(cell)
+    reasons = []
+    for looks, plan, where in ((looks_a, plans[0], dirs[0]), (looks_b, plans[1], dirs[1])):
+        seq: SequentialMean = plan.mean(bounds, f"{name} of {where}")
+        count = _prefix(looks)
+        try:
+            for k in range(count):
+                seq.update(_floats(looks[k], "episode_returns"))
+        except ValueError as exc:
+            raise CompareError(str(exc)) from None
+        replayed = plan.stop(seq) or UNFINISHED
+        recorded = _recorded(looks[count - 1])
+        if recorded and recorded != {replayed}:
+            warnings.append(
+                f"cell {name}: {where} recorded stop {next(iter(recorded))!r} after look {count - 1}, the replay "
+                f"of its look plan says {replayed!r}: the replay is reported."
+            )
+        reasons.append(replayed)
+    return reasons[0] if reasons[0] == reasons[1] else f"A {reasons[0]}, B {reasons[1]}"
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def _steps(picked: Mapping[Cell, list[dict]]) -> list[tuple[int, str]]:
     """The distinct (step, checkpoint name) of the compared lines, by step."""
-    return sorted({(int(r["step"]), str(r.get("checkpoint_name") or "")) for r in rows.values()})
+    return sorted({(int(r["step"]), str(r.get("checkpoint_name") or "")) for rows in picked.values() for r in rows})
+
+
+def _aggregate(cells: list[CellResult]) -> Aggregate:
+    """The mean over cells of normalised paired differences (each cell's scale set here)."""
+    references: dict[str, tuple[float, float] | None] = {}
+    for c in cells:  # a task normalises only when every one of its cells has the same reference
+        references[c.task] = c.reference if references.get(c.task, c.reference) == c.reference else None
+    if all(ref is not None for ref in references.values()):
+        normalised_by = "reference"
+        frames = {id(c): references[c.task] for c in cells}
+    elif all(c.bounds is not None for c in cells):
+        normalised_by = "bounds"
+        frames = {id(c): c.bounds for c in cells}
+    else:
+        normalised_by = "raw"
+        frames = {id(c): (0.0, 1.0) for c in cells}
+    offsets = []
+    for c in cells:
+        low, high = frames[id(c)]
+        if not high > low:
+            what = "reference" if normalised_by == "reference" else "bounds"
+            raise CompareError(
+                f"task {c.task}: its {what} {low:g}..{high:g} cannot normalise (high must exceed low): "
+                "fix the suite file."
+            )
+        c.scale = high - low
+        offsets.append(low)
+    diff = stats.mean_of_intervals([c.paired.diff for c in cells], [c.scale for c in cells])
+    k = len(cells)
+    mean_a = sum((c.paired.mean_a - off) / c.scale for c, off in zip(cells, offsets, strict=True)) / k
+    mean_b = sum((c.paired.mean_b - off) / c.scale for c, off in zip(cells, offsets, strict=True)) / k
+    return_spend = sum(c.spend / 2 if c.success is not None else c.spend for c in cells)
+    return Aggregate(
+        normalised_by=normalised_by,
+        mean_a=mean_a,
+        mean_b=mean_b,
+        diff=diff,
+        verdict=verdict_of(diff.low, diff.high),
+        confidence=1.0 - return_spend,
+        episodes=sum(c.paired.n for c in cells),
+    )
 
 
 def compare(
@@ -210,7 +652,7 @@ def compare(
     step_a: int | None = None,
     step_b: int | None = None,
     alpha: float = 0.05,
-    confidence: float = 0.95,
+    margin: float | None = None,
 ) -> Comparison:
     """Compare run B against run A on every cell both evaluated, and over all of them.
 
@@ -223,16 +665,22 @@ def compare(
         label_b: run B's short name.
         step_a: the training step of A to compare (``--step-a``); None for each cell's highest.
         step_b: the same for B.
-        alpha: the family-wise error rate of the Holm-corrected verdicts.
-        confidence: the level of every interval.
+        alpha: the family-wise error of the fixed-n cells' verdicts (an adaptive cell's comes from its look plan).
+        margin: the equivalence margin of the fixed-n cells, in the task's units (``--margin``; None or 0:
+            no ``equivalent`` verdict). An adaptive cell uses its look plan's.
 
     Returns:
         The comparison the text table, ``--json`` and ``--html`` are made from.
 
     Raises:
         CompareError: a one-line reason the runs cannot be compared (no common cell, a step missing,
-            episodes that differ, unseeded runs).
+            episodes that differ, unseeded runs, different bounds or references, an adaptive run's
+            lines that cannot be replayed).
     """
+    if not 0.0 < alpha < 1.0:
+        raise CompareError(f"--alpha {alpha:g}: must lie between 0 and 1 (0.05 is usual).")
+    if margin is not None and not (math.isfinite(margin) and margin >= 0):
+        raise CompareError(f"--margin {margin:g}: must be a finite number >= 0, in the task's units.")
     picked_a = select(rows_a, step_a, dir_a, "--step-a")
     picked_b = select(rows_b, step_b, dir_b, "--step-b")
     common = [c for c in picked_a if c in picked_b]
@@ -240,68 +688,97 @@ def compare(
     only_b = [c for c in picked_b if c not in picked_a]
     if not common:
         raise CompareError(f"{dir_a} and {dir_b} have no (task, condition) cell in common.")
+    warnings: list[str] = []
     cells = []
-    references: dict[str, tuple[float, float] | None] = {}
     for cell in common:
-        a, b = picked_a[cell], picked_b[cell]
-        returns_a, returns_b = paired_episodes(a, b, cell, dir_a, dir_b)
-        try:
-            result = stats.paired(returns_a, returns_b, confidence=confidence)
-        except ValueError as exc:  # no episodes, or a return that is not finite
-            raise CompareError(f"cell {cell[0]} / {cell[1]} of {dir_a} and {dir_b}: {exc}") from None
-        ci_a, ci_b = _interval(a, returns_a, confidence), _interval(b, returns_b, confidence)
-        cells.append(CellResult(cell[0], cell[1], a, b, returns_a, returns_b, ci_a, ci_b, result))
-        ref = _reference(a, b, cell)
-        references[cell[0]] = ref if references.get(cell[0], ref) == ref else None
-    for cell, verdict in zip(cells, stats.verdicts([c.paired for c in cells], alpha=alpha), strict=True):
-        cell.verdict = verdict
-    normalised = all(ref is not None for ref in references.values())
-    scores_a, scores_b = {}, {}
-    for c in cells:
-        key = f"{c.task} / {c.condition}"  # each cell is a stratum of the bootstrap
-        ref = references[c.task]
-        try:
-            scores_a[key] = stats.normalized(c.returns_a, *ref) if normalised else c.returns_a
-            scores_b[key] = stats.normalized(c.returns_b, *ref) if normalised else c.returns_b
-        except ValueError as exc:  # a reference whose low and high are the same
-            raise CompareError(f"task {c.task}: its reference cannot normalise: {exc}") from None
-    iqm_a = stats.aggregate(scores_a, confidence=confidence)["iqm"]
-    iqm_b = stats.aggregate(scores_b, confidence=confidence)["iqm"]
-    diff = stats.aggregate_difference(scores_a, scores_b, confidence=confidence, statistic="iqm")
-    p_improvement = float(stats.probability_of_improvement(scores_a, scores_b))
-    aggregate = Aggregate(normalised, iqm_a, iqm_b, diff, p_improvement, _verdict(diff), scores_a, scores_b)
+        lines_a, lines_b = picked_a[cell], picked_b[cell]
+        adaptive_a, adaptive_b = "look" in lines_a[0], "look" in lines_b[0]
+        if adaptive_a != adaptive_b:
+            adaptive = dir_a if adaptive_a else dir_b
+            raise CompareError(
+                f"cell {_name(cell)}: {adaptive} evaluated it adaptively (lines with look) and the other run did "
+                "not: compare two adaptive runs' looks, or two fixed-n runs (--step-a/--step-b pick others)."
+            )
+        if adaptive_a:
+            cells.append(_adaptive_cell(lines_a, lines_b, cell, (dir_a, dir_b), margin, warnings))
+        else:
+            a, b = lines_a[0], lines_b[0]
+            cells.append(_fixed_cell(a, b, cell, (dir_a, dir_b), alpha, len(common), margin or 0.0, warnings))
     return Comparison(
         dir_a=dir_a,
         dir_b=dir_b,
         label_a=label_a or dir_a,
         label_b=label_b or dir_b,
         cells=cells,
-        aggregate=aggregate,
+        aggregate=_aggregate(cells),
         only_a=only_a,
         only_b=only_b,
-        rows_a=[dict(r) for r in rows_a],
-        rows_b=[dict(r) for r in rows_b],
+        rows_a=merge_looks(rows_a),
+        rows_b=merge_looks(rows_b),
         alpha=alpha,
-        confidence=confidence,
+        margin=margin or 0.0,
         steps_a=_steps(picked_a),
         steps_b=_steps(picked_b),
+        warnings=warnings,
     )
 
 
 def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
     """The ``--json`` list: one object per cell, then the aggregate (task and condition ``"*"``).
 
-    Each object has exactly the keys of :data:`JSON_KEYS`; a number that is not
-    finite is ``null`` (strict JSON).
+    Each object has exactly the keys of :data:`JSON_KEYS`; a number that is not finite is
+    ``null`` (strict JSON). ``share_b_ahead`` is the share of episodes on which B scored
+    higher than A, ties counted half (a description, not a test); ``pairing_gain`` how many
+    times more episodes an unpaired comparison would need; ``scale`` what the aggregate row
+    divides the cell's difference by. The aggregate's ``mean_a``/``mean_b`` are the means over
+    cells of the normalised mean returns, its ``scale`` is ``reference``, ``bounds`` or ``raw``.
     """
     out = []
     for c in comparison.cells:
-        p = c.paired
-        values = (p.mean_a, p.mean_b, p.diff.value, p.diff.low, p.diff.high, p.p_improvement.value)
-        out.append(dict(zip(JSON_KEYS, (c.task, c.condition, *map(_number, values), c.verdict), strict=True)))
+        p, s = c.paired, c.success
+        values = (
+            c.task,
+            c.condition,
+            _number(p.mean_a),
+            _number(p.mean_b),
+            _number(p.diff.value),
+            _number(p.diff.low),
+            _number(p.diff.high),
+            _number(c.confidence),
+            p.verdict,
+            p.method,
+            p.n,
+            c.stop,
+            _number(p.pairing_gain),
+            _number(p.b_wins),
+            None if s is None else _number(s.rate_a),
+            None if s is None else _number(s.rate_b),
+            None if s is None else s.verdict,
+            _number(c.scale),
+        )
+        out.append(dict(zip(JSON_KEYS, values, strict=True)))
     g = comparison.aggregate
-    values = (g.iqm_a.value, g.iqm_b.value, g.diff.value, g.diff.low, g.diff.high, g.p_improvement)
-    out.append(dict(zip(JSON_KEYS, ("*", "*", *map(_number, values), g.verdict), strict=True)))
+    values = (
+        "*",
+        "*",
+        _number(g.mean_a),
+        _number(g.mean_b),
+        _number(g.diff.value),
+        _number(g.diff.low),
+        _number(g.diff.high),
+        _number(g.confidence),
+        g.verdict,
+        "mean of intervals",
+        g.episodes,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        g.normalised_by,
+    )
+    out.append(dict(zip(JSON_KEYS, values, strict=True)))
     return out
 
 

@@ -17,9 +17,20 @@ import numpy as np
 from simeval import stats
 from simeval.atomic import write_atomically
 from simeval.report.comparison import CellResult, Comparison, cell_of
-from simeval.report.text import columns, digits, footer_lines, header_lines, table_rows, with_ci
+from simeval.report.text import (
+    NUMERIC,
+    SUCCESS_VERDICT,
+    VERDICT,
+    aggregate_line,
+    columns,
+    footer_lines,
+    header_lines,
+    interval_digits,
+    table_rows,
+    with_ci,
+)
 
-VERDICT_COLOURS = {"better": "#1a7f37", "worse": "#cf222e", "inconclusive": "#6e7781"}
+VERDICT_COLOURS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#0969da", "inconclusive": "#6e7781"}
 
 _T = TypeVar("_T")
 
@@ -110,7 +121,7 @@ def curves_png(comparison: Comparison) -> str:
         ax.set_title(f"{task} / {condition}", fontsize=10)
         ax.xaxis.set_major_formatter(_step_format)
         ax.set_xlabel("training step")
-        ax.set_ylabel(f"return (mean, {c.confidence:.0%} CI)")
+        ax.set_ylabel("return (mean, 95% CI)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -135,10 +146,11 @@ def sensitivity_png(comparison: Comparison) -> str:
     for ax, (task, cells) in zip(axes, tasks.items(), strict=True):
         for x, cell in enumerate(cells):
             d = cell.paired.diff
+            finite = math.isfinite(d.low) and math.isfinite(d.high)  # no interval yet (one episode): the point alone
             ax.errorbar(
                 [x],
                 [d.value],
-                yerr=[[d.value - d.low], [d.high - d.value]],
+                yerr=[[d.value - d.low], [d.high - d.value]] if finite else None,
                 fmt="o",
                 capsize=5,
                 color=VERDICT_COLOURS.get(cell.verdict, "black"),
@@ -147,7 +159,7 @@ def sensitivity_png(comparison: Comparison) -> str:
         ax.set_xticks(range(len(cells)), [cell.condition for cell in cells], rotation=20, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(cells) - 0.4)
         ax.set_title(task, fontsize=10)
-        ax.set_ylabel(f"B - A return ({comparison.confidence:.0%} CI)")
+        ax.set_ylabel("B - A return (each cell's interval)")
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return _png(fig)
@@ -156,20 +168,24 @@ def sensitivity_png(comparison: Comparison) -> str:
 @_plain
 def profile_png(comparison: Comparison) -> str | None:
     """The performance profiles of A and B (fraction of episodes scoring above tau), over normalised scores."""
-    if not comparison.aggregate.normalised:
+    if comparison.aggregate.normalised_by != "reference":
         return None
-    scores_a, scores_b = comparison.aggregate.scores_a, comparison.aggregate.scores_b
+    scores_a, scores_b = {}, {}
+    for c in comparison.cells:  # each cell a stratum of the bootstrap
+        low, high = c.reference or (0.0, 1.0)
+        scores_a[f"{c.task} / {c.condition}"] = stats.normalized(c.returns_a, low, high)
+        scores_b[f"{c.task} / {c.condition}"] = stats.normalized(c.returns_b, low, high)
     values = np.concatenate([*scores_a.values(), *scores_b.values()])
     low, high = float(np.min(values)), float(np.max(values))
     taus = np.linspace(min(low, 0.0), max(high, 1.0), 201)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for k, (label, s) in enumerate(((comparison.label_a, scores_a), (comparison.label_b, scores_b))):
-        profile = stats.performance_profile_ci(s, taus, confidence=comparison.confidence)
+        profile = stats.performance_profile_ci(s, taus, confidence=0.95)
         ax.plot(taus, profile.value, color=f"C{k}", label=f"{'AB'[k]}: {label}")
         ax.fill_between(taus, profile.low, profile.high, color=f"C{k}", alpha=0.2)
     ax.set_xlabel("normalised score tau")
-    ax.set_ylabel(f"fraction of episodes > tau ({comparison.confidence:.0%} CI)")
+    ax.set_ylabel("fraction of episodes > tau (95% pointwise bootstrap band)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -187,6 +203,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.aggregate td { border-top: 2px solid #1f2328; font-weight: 600; }
 td.verdict { font-weight: 600; color: #fff; text-align: center; }
 td.better { background: #1a7f37; } td.worse { background: #cf222e; } td.inconclusive { background: #8c959f; }
+td.equivalent { background: #0969da; } td.verdict:empty { background: none; }
 p.note, ul.note { color: #57606a; font-size: 0.9em; }
 img { max-width: 100%; height: auto; }
 code { background: #f6f8fa; padding: 0.1em 0.3em; }
@@ -197,27 +214,29 @@ def html_page(comparison: Comparison) -> str:
     """The ``--html`` page: one self-contained document (inline CSS, plots as data URIs, no URL at all)."""
     c = comparison
     esc = html.escape
-    head = "".join(f"<th>{esc(t)}</th>" for t in columns(c))
+    titles = columns(c)
+    head = "".join(f"<th>{esc(t)}</th>" for t in titles)
     body = []
     rows = table_rows(c)
     for k, row in enumerate(rows):
         aggregate = k == len(rows) - 1
-        tds = [f"<td>{esc(s)}</td>" for s in row[:2]]
-        tds += [f'<td class="num">{esc(s)}</td>' for s in row[2:6]]
-        tds.append(f'<td class="verdict {esc(row[6])}">{esc(row[6])}</td>')
+        tds = []
+        for title, s in zip(titles, row, strict=True):
+            if title in (VERDICT, SUCCESS_VERDICT):
+                tds.append(f'<td class="verdict {esc(s)}">{esc(s)}</td>')
+            else:
+                tds.append(f'<td class="num">{esc(s)}</td>' if title in NUMERIC else f"<td>{esc(s)}</td>")
         body.append(f'<tr class="{"aggregate" if aggregate else "cell"}">{"".join(tds)}</tr>')
     header = "".join(f"<li>{esc(line)}</li>" for line in header_lines(c))
-    notes = "".join(f"<li>{esc(line)}</li>" for line in footer_lines(c))
+    notes = "".join(f"<li>{esc(line)}</li>" for line in footer_lines(c)[1:])
     g = c.aggregate
-    d = digits(g.iqm_a.value, g.iqm_b.value)
-    what = "normalised scores" if g.normalised else "raw returns"
+    d = interval_digits(g.diff.value, g.diff.low, g.diff.high, g.mean_a, g.mean_b)
     summary = (
-        f"Over all {len(c.cells)} cells, the IQM of {what} is {with_ci(g.iqm_a.value, g.iqm_a.low, g.iqm_a.high, d)} "
-        f"for A and {with_ci(g.iqm_b.value, g.iqm_b.low, g.iqm_b.high, d)} for B: B - A = "
-        f"{with_ci(g.diff.value, g.diff.low, g.diff.high, d)}, P(B &gt; A) = {g.p_improvement:.2f}, "
+        f"Over all {len(c.cells)} cells, B - A = {with_ci(g.diff.value, g.diff.low, g.diff.high, d)} "
+        f"(A {g.mean_a:.{d}f}, B {g.mean_b:.{d}f}): "
     )
-    summary = esc(summary).replace("&amp;gt;", "&gt;")
-    summary += f'<strong class="aggregate-verdict">{esc(g.verdict)}</strong>.'
+    summary = esc(summary) + f'<strong class="aggregate-verdict">{esc(g.verdict)}</strong>.'
+    summary += f'</p>\n<p class="note">{esc(aggregate_line(c))}.'
     profile = profile_png(c)
     sections = [
         "<h2>Training curves</h2>",
@@ -229,13 +248,15 @@ def html_page(comparison: Comparison) -> str:
         "<h2>Aggregate</h2>",
         f'<p id="aggregate">{summary}</p>',
         "<h2>Sensitivity to the condition</h2>",
-        '<p class="note">B - A per condition, with its CI: green better, red worse, grey inconclusive.</p>',
+        '<p class="note">B - A per condition, with its interval: green better, red worse, blue equivalent, grey '
+        "inconclusive.</p>",
         f'<img id="sensitivity" alt="difference per condition" src="{sensitivity_png(c)}">',
     ]
     if profile is not None:
         sections += [
             "<h2>Performance profile</h2>",
-            '<p class="note">Fraction of episodes whose normalised score exceeds tau.</p>',
+            '<p class="note">Fraction of episodes whose normalised score exceeds tau, with a 95% pointwise '
+            "bootstrap band: a description of the scores, not a test.</p>",
             f'<img id="profile" alt="performance profiles" src="{profile}">',
         ]
     title = f"simeval compare: {c.label_a} vs {c.label_b}"

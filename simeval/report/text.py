@@ -7,7 +7,13 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from simeval.report.comparison import Comparison
+from simeval.report.comparison import METHODS, CellResult, Comparison
+
+VERDICT = "verdict"
+SUCCESS_VERDICT = "success verdict (McNemar)"
+# Columns whose cells are numbers (right-aligned); the others are words.
+NUMERIC = ("mean A", "mean B", "B - A [CI]", "episodes", "pairing gain", "share B ahead", "success A", "success B")
+STYLES = {"better": "bold green", "worse": "bold red", "equivalent": "bold blue", "inconclusive": "dim"}
 
 
 def digits(*values: float) -> int:
@@ -17,10 +23,33 @@ def digits(*values: float) -> int:
     return 1 if top >= 100 else 2 if top >= 1 else 3
 
 
+def interval_digits(value: float, low: float, high: float, *others: float) -> int:
+    """Decimals for an interval: :func:`digits`, or more (up to 6) where the interval is narrower than them or
+    an end nearer 0, so that ``0.0004 [0.0001, 0.0007]`` does not read ``0.000 [0.000, 0.001]``."""
+    d = digits(value, low, high, *others)
+    width = high - low
+    if math.isfinite(width) and width > 0:
+        d = max(d, 1 - math.floor(math.log10(width)))
+    for end in (low, high):
+        if math.isfinite(end) and end != 0:
+            d = max(d, -math.floor(math.log10(abs(end))))
+    return min(d, 6)
+
+
 def with_ci(value: float, low: float, high: float, digits: int | None = None) -> str:
-    """``812.3 [790.1, 830.0]``."""
-    d = digits(value, low, high) if digits is None else digits
+    """``812.3 [790.1, 830.0]`` (an end that is not finite reads ``-inf`` or ``inf``)."""
+    d = interval_digits(value, low, high) if digits is None else digits
     return f"{value:.{d}f} [{low:.{d}f}, {high:.{d}f}]"
+
+
+def gain(value: float) -> str:
+    """A pairing gain as ``x3.6``; ``x1000+`` from a thousand on (differences the same but for rounding),
+    ``x inf`` where every difference is exactly the same, empty for fewer than two episodes."""
+    if math.isnan(value):
+        return ""
+    if math.isinf(value):
+        return "x inf"
+    return "x1000+" if value >= 1000 else f"x{value:.1f}"
 
 
 def _run_steps(steps: Sequence[tuple[int, str]]) -> str:
@@ -31,73 +60,155 @@ def _run_steps(steps: Sequence[tuple[int, str]]) -> str:
     return f"steps {steps[0][0]:,} to {steps[-1][0]:,} (each cell's highest)"
 
 
-def header_lines(comparison: Comparison) -> list[str]:
-    """The lines above the table: both runs with their steps, and the family correction."""
+def _level(confidence: float) -> str:
+    """A confidence as a percentage, four significant digits or more where needed to tell it from 100%:
+    ``95%``, ``98.33%``, ``99.96%``, ``99.995%``."""
+    for places in range(4, 10):
+        text = f"{100 * confidence:.{places}g}"
+        if float(text) < 100:
+            return text + "%"
+    return f"{100 * confidence!r}%"
+
+
+def family_line(comparison: Comparison) -> str:
+    """The family of the verdicts: its alpha, its rows and how each cell's share is spent (Bonferroni)."""
     c = comparison
-    n = len(c.cells)
+    families = {cell.family for cell in c.cells}
+    if len(families) == 1:
+        kind, alpha, rows = next(iter(families))
+        with_success = any(cell.success is not None for cell in c.cells)
+        split = f"; a cell with success splits it, return and success at {_level(1 - alpha / (2 * rows))}"
+        share = (
+            f"each cell's B - A interval at {_level(1 - alpha / rows)}" + (split if with_success else "")
+        )  # fmt: skip
+        if kind == "fixed":
+            return f"family: alpha {alpha:g} over {rows} cell{'s' * (rows != 1)} (Bonferroni): {share}"
+        return f"family: alpha {alpha:g} over {rows} rows of the adaptive run's look plan ({kind}, Bonferroni): {share}"
+    return (
+        f"family: {len(c.cells)} cells of different look plans or kinds (Bonferroni): family-wise error at most "
+        f"{c.family_error:.3g}, the sum of each cell's share"
+    )
+
+
+def header_lines(comparison: Comparison) -> list[str]:
+    """The lines above the table: both runs with their steps, and the family of the verdicts."""
+    c = comparison
     return [
         f"A: {c.label_a}  {_run_steps(c.steps_a)}",
         f"B: {c.label_b}  {_run_steps(c.steps_b)}",
-        f"verdicts: Holm-corrected over {n} cell{'s' * (n != 1)}, alpha {c.alpha:g} (said of B against A)",
+        family_line(c) + " (said of B against A)",
     ]
+
+
+def aggregate_line(comparison: Comparison) -> str:
+    """What the aggregate row is: its estimand, its normalisation, why it adds no error."""
+    g = comparison.aggregate
+    by = {
+        "reference": "each divided by its task's reference width (high - low)",
+        "bounds": "each divided by its bounds' width (high - low; not every task has a reference)",
+        "raw": "raw, in the tasks' own units (not every task has a reference or bounds)",
+    }[g.normalised_by]
+    return (
+        f"*: mean over cells of normalised paired differences, cells weighted equally ({by}); its interval is the "
+        f"mean of the cells' intervals, so it holds whenever they all do ({_level(g.confidence)} at least) and adds "
+        "no error to the family; better/worse when it lies above/below 0"
+    )
 
 
 def footer_lines(comparison: Comparison) -> list[str]:
-    """The lines below the table: what the aggregate is over, and the cells only one run has."""
+    """The lines below the table: the aggregate, what the columns mean, warnings, cells only one run has."""
     c = comparison
-    what = (
-        "normalised scores ((return - low) / (high - low), each task's reference)"
-        if c.aggregate.normalised
-        else "raw returns (not every task has a reference)"
-    )
+    methods = [m for m in METHODS if any(cell.paired.method == m for cell in c.cells)]
     lines = [
-        f"*: all {len(c.cells)} cells, IQM over {what};",
-        f"   B - A with a paired stratified bootstrap {c.confidence:.0%} CI, P(B > A) across cells (rliable), "
-        "verdict better/worse when the CI lies above/below 0",
+        aggregate_line(c),
+        "method: " + "; ".join(f"{m} = {METHODS[m]}" for m in methods),
+        "stop: fixed (a fixed number of episodes), or why an adaptive run's cell stopped (decided, equivalent, "
+        "precise, budget; unfinished: its lines end before a stop)",
+        "pairing gain: how many times the episodes an unpaired comparison would need for the same interval",
+        "share B ahead: the share of episodes on which B scored higher than A, ties half (a description, not a test)",
     ]
+    if any(cell.success is not None for cell in c.cells):
+        keys = sorted({cell.success.key for cell in c.cells if cell.success is not None})
+        lines.append(
+            f"success A, success B: success rates ({', '.join(keys)}); success verdict: McNemar's test on the "
+            "episodes where exactly one succeeded, at the cell's other half share"
+        )
+    if c.margin > 0:
+        lines.append(f"equivalent: the interval lies inside (-{c.margin:g}, {c.margin:g}) (--margin)")
+    lines += [f"warning: {w}" for w in c.warnings]
     for name, cells in (("A", c.only_a), ("B", c.only_b)):
         for task, condition in cells:
             lines.append(f"only in {name}: {task} / {condition} (left out of the statistics)")
     return lines
 
 
-def table_rows(comparison: Comparison) -> list[tuple[str, ...]]:
-    """The table as text cells, one tuple per cell and the aggregate last (the text and HTML tables)."""
-    rows = []
-    for c in comparison.cells:
-        p = c.paired
-        d = digits(p.mean_a, p.mean_b, *c.ci_a, *c.ci_b)
-        rows.append(
-            (
-                c.task,
-                c.condition,
-                with_ci(p.mean_a, *c.ci_a, digits=d),
-                with_ci(p.mean_b, *c.ci_b, digits=d),
-                with_ci(p.diff.value, p.diff.low, p.diff.high, digits=d),
-                f"{p.p_improvement.value:.2f}",
-                c.verdict,
-            )
-        )
-    g = comparison.aggregate
-    d = digits(g.iqm_a.value, g.iqm_b.value, g.iqm_a.low, g.iqm_a.high, g.iqm_b.low, g.iqm_b.high)
-    rows.append(
-        (
-            "*",
-            "*",
-            with_ci(g.iqm_a.value, g.iqm_a.low, g.iqm_a.high, digits=d),
-            with_ci(g.iqm_b.value, g.iqm_b.low, g.iqm_b.high, digits=d),
-            with_ci(g.diff.value, g.diff.low, g.diff.high, digits=d),
-            f"{g.p_improvement:.2f}",
-            g.verdict,
-        )
-    )
-    return rows
+def _has_success(comparison: Comparison) -> bool:
+    return any(cell.success is not None for cell in comparison.cells)
 
 
 def columns(comparison: Comparison) -> tuple[str, ...]:
-    """The table's column titles."""
-    level = f"{comparison.confidence:.0%}"
-    return ("task", "condition", f"A [{level} CI]", f"B [{level} CI]", f"B - A [{level} CI]", "P(B > A)", "verdict")
+    """The table's column titles (the success columns only where some cell compares success)."""
+    head = (
+        "task",
+        "condition",
+        "mean A",
+        "mean B",
+        "B - A [CI]",
+        VERDICT,
+        "method",
+        "episodes",
+        "stop",
+        "pairing gain",
+        "share B ahead",
+    )
+    return head + (("success A", "success B", SUCCESS_VERDICT) if _has_success(comparison) else ())
+
+
+def _cell_row(c: CellResult, success: bool) -> tuple[str, ...]:
+    p = c.paired
+    d = interval_digits(p.diff.value, p.diff.low, p.diff.high, p.mean_a, p.mean_b)
+    row = (
+        c.task,
+        c.condition,
+        f"{p.mean_a:.{d}f}",
+        f"{p.mean_b:.{d}f}",
+        with_ci(p.diff.value, p.diff.low, p.diff.high, digits=d),
+        p.verdict,
+        p.method,
+        str(p.n),
+        c.stop,
+        gain(p.pairing_gain),
+        f"{p.b_wins:.2f}",
+    )
+    if not success:
+        return row
+    s = c.success
+    if s is None:
+        return (*row, "", "", "")
+    return (*row, f"{s.rate_a:.2f}", f"{s.rate_b:.2f}", s.verdict)
+
+
+def table_rows(comparison: Comparison) -> list[tuple[str, ...]]:
+    """The table as text cells, one tuple per cell and the aggregate last (the text and HTML tables)."""
+    success = _has_success(comparison)
+    rows = [_cell_row(c, success) for c in comparison.cells]
+    g = comparison.aggregate
+    d = interval_digits(g.diff.value, g.diff.low, g.diff.high, g.mean_a, g.mean_b)
+    aggregate = (
+        "*",
+        "*",
+        f"{g.mean_a:.{d}f}",
+        f"{g.mean_b:.{d}f}",
+        with_ci(g.diff.value, g.diff.low, g.diff.high, digits=d),
+        g.verdict,
+        "mean of intervals",
+        str(g.episodes),
+        "",
+        "",
+        "",
+    )
+    rows.append(aggregate + (("", "", "") if success else ()))
+    return rows
 
 
 def text_table(comparison: Comparison) -> str:
@@ -108,7 +219,7 @@ def text_table(comparison: Comparison) -> str:
     """
     head, rows = columns(comparison), table_rows(comparison)
     widths = [max(len(str(r[k])) for r in (head, *rows)) for k in range(len(head))]
-    right = {2, 3, 4, 5}  # numbers: right-aligned
+    right = {k for k, title in enumerate(head) if title in NUMERIC}
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -146,16 +257,17 @@ def print_text(comparison: Comparison, file: TextIO | None = None, use_rich: boo
     from rich.table import Table
     from rich.text import Text
 
-    console = console_cls(file=file, highlight=False, width=None if file.isatty() else 200)
+    console = console_cls(file=file, highlight=False, width=None if file.isatty() else 240)
     for line in header_lines(comparison):
         console.print(line, markup=False)
     table = Table(show_edge=False, header_style="bold")
-    for k, title in enumerate(columns(comparison)):
-        table.add_column(title, justify="right" if 2 <= k <= 5 else "left", no_wrap=True)
-    styles = {"better": "bold green", "worse": "bold red", "inconclusive": "dim"}
+    head = columns(comparison)
+    for title in head:
+        table.add_column(title, justify="right" if title in NUMERIC else "left", no_wrap=True)
+    coloured = {k for k, title in enumerate(head) if title in (VERDICT, SUCCESS_VERDICT)}
     rows = table_rows(comparison)
     for k, row in enumerate(rows):
-        cells = [Text(s) for s in row[:-1]] + [Text(row[-1], style=styles.get(row[-1], ""))]
+        cells = [Text(s, style=STYLES.get(s, "") if j in coloured else "") for j, s in enumerate(row)]
         table.add_row(*cells, end_section=k == len(rows) - 2)
     console.print(table)
     for line in footer_lines(comparison):
