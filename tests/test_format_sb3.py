@@ -29,6 +29,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecNormalize
 
 from simeval.checkpoints import CheckpointError, load_checkpoint
+from simeval.checkpoints.formats import sb3 as sb3_format
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "Pendulum-v1"
@@ -242,3 +243,23 @@ def test_a_network_that_does_not_fit_the_env_is_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "policy takes 2 observations and gives 1 actions; this env has 3 and 1" in last
+
+
+def test_the_env_recorded_in_a_zip_is_read_bounded_and_sb3_still_loads_it(runs, tmp_path):
+    """simeval's EvalCallback adds ``simeval.json`` naming the env: the reader takes it, SB3 ignores it."""
+    raw = (runs / "td3" / "model.zip").read_bytes()
+    named = tmp_path / "named.zip"
+    named.write_bytes(sb3_format.with_env(raw, ENV))
+    assert load_checkpoint(named).env == ENV and load_checkpoint(runs / "td3" / "model.zip").env is None
+    assert TD3.load(named).num_timesteps == TD3.load(runs / "td3" / "model.zip").num_timesteps
+    for member, match in (
+        (b"[1, 2]", r"simeval.json is not a JSON object naming the env"),
+        (b'{"env": 3}', r"simeval.json names no env"),
+        (b'{"env": "' + b"x" * (70 << 10) + b'"}', r"simeval.json is larger than"),
+    ):
+        bad = tmp_path / "bad.zip"
+        shutil.copy(runs / "td3" / "model.zip", bad)
+        with zipfile.ZipFile(bad, "a") as z:
+            z.writestr("simeval.json", member)
+        with pytest.raises(CheckpointError, match=match):
+            load_checkpoint(bad)

@@ -73,13 +73,13 @@ def test_rounds_run_beside_ppo_and_land_in_sb3s_layout(tmp_path):
     assert PPO.load(best_dir / "best_model.zip").num_timesteps == timesteps[best]
     out = tmp_path / "launch"
     proc = subprocess.run(
-        [sys.executable, "-m", "simeval.launch", "--env", TASK, "--checkpoint", str(best_dir / "best_model.zip"),
+        [sys.executable, "-m", "simeval.launch", "--checkpoint", str(best_dir / "best_model.zip"),  # its env: recorded
          "--episodes", "4", "--num-envs", "4", "--seed", "0", "--backend", "thread", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert rec["step"] == timesteps[best] and rec["checkpoint_format"] == "sb3"
+    assert rec["step"] == timesteps[best] and rec["checkpoint_format"] == "sb3" and rec["env"] == TASK
     assert rec["episode_returns"] == pytest.approx(results[best].tolist(), rel=1e-9)  # the same 4 episodes
     assert rec["episode_lengths"] == lengths[best].tolist()
 
@@ -99,3 +99,5 @@ def test_bad_arguments_are_one_line():
         EvalCallback(TASK, deterministic=False)
     with pytest.raises(ValueError, match=r"this env has none; pass the id"):
         EvalCallback(object())
+    with pytest.raises(ValueError, match=r"^EvalCallback\(eval_env='HalfCheeta-v5'\): .*HalfCheeta-v5"):
+        EvalCallback("HalfCheeta-v5")  # a typo fails when the callback is built, not mid-training

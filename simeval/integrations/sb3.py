@@ -16,7 +16,10 @@ layout (``timesteps``, ``results``, ``ep_lengths``), ``eval/mean_reward`` and
 ``eval/mean_ep_length`` in the model's logger, ``best_model.zip`` (the bytes of
 the snapshot that scored best, with its statistics as ``vecnormalize.npz`` beside
 it, which ``python -m simeval.launch --checkpoint`` reads) and
-``callback_on_new_best``; ``callback_after_eval`` after each round. When training
+``callback_on_new_best``; ``callback_after_eval`` after each round. The zips it
+writes name their env (a ``simeval.json`` member SB3 ignores), so
+``--checkpoint best_model.zip`` needs no ``--env``; the env id is checked when the
+callback is built, not at the first round. When training
 ends, the rounds still running are finished and taken in.
 
 Every round plays the same episodes (``seed``): rounds of different steps, and
@@ -35,7 +38,7 @@ from stable_baselines3.common.callbacks import BaseCallback, EventCallback
 
 from simeval.atomic import write_atomically
 from simeval.checkpoints.formats import sb3
-from simeval.envs import make_env
+from simeval.envs import check_env, make_env
 from simeval.integrations.rounds import Rounds
 
 if TYPE_CHECKING:
@@ -104,6 +107,7 @@ class EvalCallback(EventCallback):
         self.callback_on_new_best = callback_on_new_best
         if callback_on_new_best is not None:
             callback_on_new_best.parent = self
+        self.env_id = _checked_id(eval_env)
         env_maker = _env_maker(eval_env, num_envs or n_eval_episodes, max_steps)
         self.n_eval_episodes = n_eval_episodes
         self.eval_freq = eval_freq
@@ -145,7 +149,7 @@ class EvalCallback(EventCallback):
         """The model as ``model.save`` writes it now, its VecNormalize statistics, and simeval's reading of both."""
         buffer = io.BytesIO()
         self.model.save(buffer)
-        raw = buffer.getvalue()
+        raw = buffer.getvalue() if self.env_id is None else sb3.with_env(buffer.getvalue(), self.env_id)
         stats = _vecnormalize_stats(self.model.get_vec_normalize_env())
         name = f"the {type(self.model).__name__} model at step {self.num_timesteps}"
         return raw, stats, sb3.read_saved(raw, name, stats)
@@ -207,6 +211,18 @@ def _vecnormalize_stats(vec_normalize: Any) -> dict | None:
         "clip_obs": float(vec_normalize.clip_obs),
         "epsilon": float(vec_normalize.epsilon),
     }
+
+
+def _checked_id(eval_env: Any) -> str | None:
+    """The env id the rounds will build, checked now (a typo fails here, not mid-training); None for a callable."""
+    if not isinstance(eval_env, str) and callable(eval_env) and not hasattr(eval_env, "step"):
+        return None
+    name = eval_env if isinstance(eval_env, str) else _env_id(eval_env)
+    try:
+        check_env(name)
+    except ValueError as exc:
+        raise ValueError(f"EvalCallback(eval_env={name!r}): {exc}") from None
+    return name
 
 
 def _env_maker(eval_env: Any, num_envs: int, max_steps: int | None) -> Any:

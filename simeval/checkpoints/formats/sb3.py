@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 NAME = "sb3"
 WATCH = ["*.zip"]  # model.save(<name>) and CheckpointCallback's <prefix>_<N>_steps.zip
 FACTORY = "simeval.checkpoints.formats.sb3:actor"
+ENV_MEMBER = "simeval.json"  # {"env": id}: what simeval's EvalCallback adds to the zips it writes; SB3 ignores it
+_MAX_ENV = 64 << 10  # bytes: one env id
 _MAX_DATA = 64 << 20  # bytes: SB3's JSON ``data`` member is kilobytes; the weights are bounded by the file's cap
 _FAMILY = {"ActorCriticPolicy": "ppo", "SACPolicy": "sac", "TD3Policy": "td3"}  # MlpPolicy of each algorithm
 _DEFAULT_ACTIVATION = {"ppo": "Tanh", "sac": "ReLU", "td3": "ReLU"}
@@ -113,6 +115,7 @@ def _read(path: str, raw: bytes | None, given: dict | None, *, look_beside: bool
                 raise error(path, "not a Stable-Baselines3 zip (it has no data and policy.pth)")
             saved = _json(path, z)
             state = _state_dict(path, z)
+            env = _recorded_env(path, z)
     except zipfile.BadZipFile as exc:
         raise error(path, f"not a readable Stable-Baselines3 zip ({exc})") from None
     family, algorithm = _family(path, state, saved)
@@ -143,7 +146,7 @@ def _read(path: str, raw: bytes | None, given: dict | None, *, look_beside: bool
     return Checkpoint(
         path=path,
         step=int(saved["num_timesteps"]),
-        env=None,  # SB3 does not save the env's id: --env names it
+        env=env,  # SB3 saves no env id; simeval's EvalCallback adds it (ENV_MEMBER), else --env names it
         policy=unflatten(weights),
         obs_norm=None,  # VecNormalize is folded into the actor
         policy_factory=FACTORY,
@@ -208,7 +211,8 @@ def _open_zip(path: str, raw: bytes | None) -> zipfile.ZipFile:
 def _member(path: str, z: zipfile.ZipFile, name: str, limit: int | None = None) -> bytes:
     """Member ``name``, refused unread when its directory entry says it is over ``limit`` bytes."""
     if limit is not None and z.getinfo(name).file_size > limit:
-        raise error(path, f"its {name} is larger than {limit >> 20} MiB: not a Stable-Baselines3 policy")
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise error(path, f"its {name} is larger than {size}: not a Stable-Baselines3 policy")
     return z.read(name)
 
 
@@ -220,6 +224,31 @@ def _json(path: str, z: zipfile.ZipFile) -> dict:
     if not isinstance(out, dict) or not isinstance(out.get("num_timesteps"), int):
         raise error(path, "its data member has no num_timesteps: not a Stable-Baselines3 model")
     return out
+
+
+def with_env(raw: bytes, env: str) -> bytes:
+    """The zip ``raw`` (``model.save``'s bytes) with :data:`ENV_MEMBER` added, naming the env it was trained on.
+
+    SB3's ``load`` reads ``data`` and the ``.pth`` members and ignores this one; simeval's
+    reader takes the env from it, so ``--checkpoint best_model.zip`` needs no ``--env``.
+    """
+    buffer = io.BytesIO(raw)
+    with zipfile.ZipFile(buffer, "a") as z:
+        z.writestr(ENV_MEMBER, json.dumps({"env": env}))
+    return buffer.getvalue()
+
+
+def _recorded_env(path: str, z: zipfile.ZipFile) -> str | None:
+    """The env id simeval's EvalCallback recorded in the zip (:data:`ENV_MEMBER`), or None (SB3's own zips)."""
+    if ENV_MEMBER not in z.namelist():
+        return None
+    try:
+        env = json.loads(_member(path, z, ENV_MEMBER, _MAX_ENV)).get("env")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise error(path, f"its {ENV_MEMBER} is not a JSON object naming the env ({exc})") from None
+    if not isinstance(env, str) or not env:
+        raise error(path, f'its {ENV_MEMBER} names no env (expected {{"env": "<id>"}}, got {env!r})')
+    return env
 
 
 def _state_dict(path: str, z: zipfile.ZipFile) -> dict:
