@@ -2,8 +2,10 @@
 
 A seeded Monte Carlo slice holds the sequence to its promise under continuous monitoring (a
 look after every few episodes, the error counted if any look misses the true difference):
-finite-sample with declared bounds (binary success, bounded returns), asymptotic without
-(normal and t(3) differences). The falls-type case without bounds is measured, not promised
+finite-sample with declared bounds (binary success, bounded returns); without bounds the
+t-mixture sequence (Lai 1976), exact for normal values from two episodes on whatever their
+variance (its closed form is checked here against the Bayes factor integrated numerically),
+close for t(3). The falls-type case without bounds is measured, not promised
 (docs/statistics.md).
 """
 
@@ -14,6 +16,7 @@ import math
 import numpy as np
 import pytest
 
+from simeval.sequential import t_mixture_radius, t_mixture_scale
 from simeval.stats import SequentialMcNemar, SequentialMean, SequentialPaired, mcnemar
 
 
@@ -91,7 +94,65 @@ def test_without_bounds_the_first_interval_waits_for_min_n():
     seq.update(np.zeros(9), np.full(9, 5.0))
     assert (seq.low, seq.high, seq.verdict) == (-math.inf, math.inf, "inconclusive")
     seq.update([0.0], [5.0])
-    assert seq.low == seq.high == 5.0  # ten equal differences: the asymptotic interval has no width
+    assert seq.low == seq.high == 5.0  # ten equal differences: the t-mixture interval has no width
+
+
+def test_the_defaults_look_from_two_episodes_tuned_for_sixteen():
+    for seq in (SequentialMean(), SequentialPaired().differences):
+        assert (seq.min_n, seq.plan_n) == (2, 16)
+    g = t_mixture_scale(16, 0.05)
+    first = next(n for n in range(2, 100) if math.isfinite(t_mixture_radius(n, 0.05, g)))
+    x = np.random.default_rng(6).normal(10, 2, first)
+    seq = SequentialMean()
+    seq.update(x[:-1])
+    assert (seq.low, seq.high) == (-math.inf, math.inf)  # min_n is 2, but the mixture needs `first` episodes
+    seq.update(x[-1:])
+    assert seq.half_width == pytest.approx(t_mixture_radius(first, 0.05, g) * np.std(x, ddof=1) / math.sqrt(first))
+    radii = [t_mixture_radius(16, 0.05, g * f) for f in (0.5, 1.0, 2.0)]
+    assert radii[1] <= min(radii)  # the width at 16 episodes is the narrowest the mixture allows
+
+
+@pytest.mark.parametrize(
+    ("n", "alpha", "g"), [(2, 0.05, 400.0), (5, 0.05, 3.0), (12, 0.01, 0.2), (40, 0.1, 1.0), (100, 0.0025, 0.05)]
+)
+def test_the_t_mixture_radius_is_where_the_integrated_bayes_factor_reaches_one_over_alpha(n, alpha, g):
+    """The closed form against the Bayes factor itself: data whose t-statistic is the radius, the marginal
+    likelihoods integrated numerically on a grid over the effect size (prior N(0, g)) and log sigma (prior
+    1 / sigma), against sigma alone for the null: their ratio is 1 / alpha."""
+    radius = t_mixture_radius(n, alpha, g)
+    z = np.linspace(-1.0, 1.0, n)
+    x = (z - z.mean()) / z.std(ddof=1) + radius / math.sqrt(n)  # sd 1, mean radius / sqrt(n): t = radius
+    s2, total = float(np.sum(x**2)), float(np.sum(x))
+    centre, reach = 0.5 * math.log(s2 / n), 3 + 12 / math.sqrt(n)
+    log_sigma = np.linspace(centre - reach, centre + reach, 1501)
+    sigma = np.exp(log_sigma)[np.newaxis, :]
+    effect = np.linspace(-12 * math.sqrt(g), 12 * math.sqrt(g), 2001)[:, np.newaxis]
+
+    def log_likelihood(delta):  # log prod N(x_i; delta sigma, sigma^2) + log(d sigma / sigma) - log(d log sigma)
+        return -(s2 - 2 * delta * sigma * total + n * (delta * sigma) ** 2) / (2 * sigma**2) - n * np.log(sigma)
+
+    top = float(log_likelihood(0.0).max())
+    null = np.trapezoid(np.exp(log_likelihood(0.0) - top)[0], log_sigma)
+    prior = np.exp(-(effect**2) / (2 * g)) / math.sqrt(2 * math.pi * g)
+    inner = np.trapezoid(np.exp(log_likelihood(effect) - top) * prior, effect[:, 0], axis=0)
+    assert np.trapezoid(inner, log_sigma) / null == pytest.approx(1 / alpha, rel=1e-6)
+    assert t_mixture_radius(2, 0.05, 0.5) == math.inf  # two episodes need g > 199.5 to reach 1 / 0.05 at all
+
+
+def test_without_bounds_normal_differences_are_held_at_every_look_from_two_episodes():
+    """Exact for normal data whatever the variance: a look after every episode from the second on, 40 episodes."""
+    rng = np.random.default_rng(21)
+    reps, n = 300, 40
+    misses = 0
+    for _ in range(reps):
+        d = rng.normal(3.0, 50.0, n)
+        seq = SequentialPaired(confidence=0.9)
+        missed = False
+        for i in range(n):
+            seq.update([0.0], [d[i]])
+            missed |= not (seq.low <= 3.0 <= seq.high)
+        misses += missed
+    assert misses / reps <= 0.1 + 2 * math.sqrt(0.1 * 0.9 / reps)
 
 
 def test_bad_input_is_one_line_naming_the_episode():
