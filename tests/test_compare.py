@@ -791,9 +791,9 @@ def test_issue33_a_the_interval_covers_at_n10_on_normal_and_on_binary_data():
     """(a) Coverage at n = 10, 400 seeded replications each: normal differences (Student's t) and paired binary
     success with declared bounds (0, 1) (the betting interval), both at least 0.93 for a nominal 0.95.
 
-    Before: the paired percentile bootstrap covered 0.89 on the normal data (it undercovers at small n), and on
-    the binary data, where B succeeds beyond A in one episode in ten, it collapsed to [0, 0] whenever no episode
-    differed (0.9 ** 10 = 35% of replications): coverage 0.62.
+    Before (476ace2, the same seed): the paired percentile bootstrap covered 0.902 on the normal data (it
+    undercovers at small n), and on the binary data, where B succeeds beyond A in one episode in ten, it collapsed
+    to [0, 0] whenever no episode differed (0.9 ** 10 = 35% of replications): coverage 0.685.
     """
     rng = np.random.default_rng(2033)
     reps, n = 400, 10
@@ -829,8 +829,8 @@ def test_issue33_b_falls_type_mean_zero_differences_with_bounds_give_few_false_v
 
     Before: 35% of cells see no fall (0.9 ** 10), so their ten differences are all +50; the exact sign-flip p is
     2 / 1024, which Holm's correction over 20 cells keeps below 0.05: nearly every suite (1 - 0.65 ** 20) said
-    "better" somewhere. Without bounds the t-interval has the same weakness (it collapses on ten equal +50s):
-    measured here too, as docs/compare.md says.
+    "better" somewhere (476ace2, the same seed: 40 suites of 40). Without bounds the t-interval has the same
+    weakness (it collapses on ten equal +50s): measured here too, as docs/compare.md says.
     """
     rng = np.random.default_rng(2034)
     reps = 200
@@ -851,9 +851,10 @@ def test_issue33_c_sixty_cells_each_better_by_100_are_each_called_better():
     """(c) 60 cells of 6 episodes, B = A + 100 on every episode (and again with a little noise): every cell is
     better, at 1 - 0.05 / 60 each. No evidence floor.
 
-    Before: six episodes give at most the exact sign-flip p = 2 / 64 (larger n: a Monte Carlo p >= 1 / 2001), and
-    Holm's correction over 60 cells needs p < 0.05 / 60: no cell could be called better, the table read
-    "100.0 [100.0, 100.0] inconclusive" sixty times.
+    Before: six episodes give at most the exact sign-flip p = 2 / 64 (larger n: a two-sided Monte Carlo
+    p >= 2 / 2001), and Holm's correction over 60 cells needs p < 0.05 / 60: no cell could be called better, the
+    table read
+    "100.0 [100.0, 100.0] inconclusive" sixty times (476ace2: 0 of 60, with and without the noise).
     """
     rng = np.random.default_rng(2035)
     for noise in (0.0, 1.0):
@@ -882,7 +883,8 @@ def test_issue33_d_the_interval_and_the_verdict_never_disagree(d, bounded, margi
     comparison's rows too.
 
     Before: the verdict came from Holm-corrected sign-flip p-values and the interval from a bootstrap: four
-    episodes each 100 better read "100.0 [100.0, 100.0] inconclusive" (p = 2 / 16 = 0.125).
+    episodes each 100 better read "100.0 [100.0, 100.0] inconclusive" (p = 2 / 16 = 0.125; 476ace2's compare
+    on the explicit example).
     """
     n = len(d)
     a = np.linspace(40.0, 60.0, n)
@@ -909,7 +911,8 @@ def test_issue33_e_the_aggregate_row_belongs_to_the_cells_family():
     says better too, and can never say worse while they all say better.
 
     Before: the aggregate was another test: the IQM of all episodes pooled trims the falls away, sees 1000 against
-    990 and said "worse" with a collapsed interval, under the cells' three "better".
+    990 and said "worse" with a collapsed interval, under the cells' three "better" (476ace2, the same seed:
+    worse, [-0.00284, -0.00284]).
     """
     rng = np.random.default_rng(2036)
     lines_a, lines_b = [], []
