@@ -396,7 +396,7 @@ def test_bonferroni_shares_alpha_among_the_cells_of_a_family_where_the_correctio
     assert not expected[("*", "*")]["normalised"] and result.aggregate.normalised_by == "raw"
     text = text_out.text_table(result)
     assert "family: alpha 0.05 over 4 cells (Bonferroni): each cell's B - A interval at 98.75%" in text
-    assert "raw, in the tasks' own units (not every task has a reference or bounds)" in text
+    assert "raw, in the tasks' own units, as not every task has a reference or bounds" in text
     # --alpha 0.2 gives each cell 0.05: the third cell is called better.
     wider = compare.compare(run_dirs.read_results(a), run_dirs.read_results(b), a, b, alpha=0.2)
     assert [c.verdict for c in wider.cells] == ["better", "worse", "better", "inconclusive"]
@@ -456,7 +456,7 @@ def test_plain_runs_pair_as_the_nominal_cell_of_their_env_and_need_seeds(tmp_pat
     assert proc.returncode == 0, proc.stderr
     row = _table(proc.stdout)[("Pendulum-v1", "nominal")]
     assert (row["B - A [CI]"], row["verdict"]) == ("1.00 [1.00, 1.00]", "better")
-    assert "raw, in the tasks' own units (not every task has a reference or bounds)" in proc.stdout
+    assert "raw, in the tasks' own units, as not every task has a reference or bounds" in proc.stdout
     unseeded = _write(tmp_path / "c", [_line("Pendulum-v1", None, 1000, x, seeds=None)])
     error = _one_line_error(_cli("compare", a, unseeded))
     assert "evaluate both runs with a seed" in error and unseeded in error

@@ -194,11 +194,11 @@ def profile_png(comparison: Comparison) -> str | None:
 
 
 _CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
        color: #1f2328; padding: 0 1em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { padding: 0.3em 0.8em; border-bottom: 1px solid #d0d7de; text-align: left; white-space: nowrap; }
+table { border-collapse: collapse; font-size: 0.9em; display: block; overflow-x: auto; }
+th, td { padding: 0.3em 0.6em; border-bottom: 1px solid #d0d7de; text-align: left; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.aggregate td { border-top: 2px solid #1f2328; font-weight: 600; }
 td.verdict { font-weight: 600; color: #fff; text-align: center; }

@@ -104,9 +104,9 @@ def aggregate_line(comparison: Comparison) -> str:
     """What the aggregate row is: its estimand, its normalisation, why it adds no error."""
     g = comparison.aggregate
     by = {
-        "reference": "each divided by its task's reference width (high - low)",
-        "bounds": "each divided by its bounds' width (high - low; not every task has a reference)",
-        "raw": "raw, in the tasks' own units (not every task has a reference or bounds)",
+        "reference": "each divided by its task's reference width, high - low",
+        "bounds": "each divided by its bounds' width, high - low, as not every task has a reference",
+        "raw": "raw, in the tasks' own units, as not every task has a reference or bounds",
     }[g.normalised_by]
     return (
         f"*: mean over cells of normalised paired differences, cells weighted equally ({by}); its interval is the "
