@@ -184,6 +184,7 @@ TARGETS: dict[str, Target] = {
         (Stage(("tests/test_conditions.py", "tests/test_suites.py")),),
     ),
     "stats": Target("simeval/stats.py", (Stage(("tests/test_stats.py",)),)),
+    "sequential": Target("simeval/sequential.py", (Stage(("tests/test_sequential.py",)),)),
     "compare": Target(
         "simeval/report/comparison.py",
         (
@@ -196,11 +197,17 @@ TARGETS: dict[str, Target] = {
         functions=(
             "cell_of",
             "select",
+            "episode_order",
             "paired_episodes",
-            "_interval",
+            "success_key",
             "_reference",
-            "_verdict",
+            "_bounds",
+            "_fixed_cell",
+            "_adaptive_cell",
+            "_decided_stop",
+            "_precise_stop",
             "_steps",
+            "_aggregate",
             "compare",
             "json_rows",
             "_number",
