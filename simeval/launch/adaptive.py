@@ -561,9 +561,7 @@ class Looks:
         """Every cell's outcome, and the episodes used against a fixed run's."""
         decided = self.cfg.until_decided
         head = "verdict        B - A [low, high]" if decided else "mean [low, high]"
-        width = max(len(r.cell.name) for r in self.runs)
-        rows = [f"{'cell':<{width}}  {head:<40}  {'episodes':>8}  stop"]
-        used = fixed = 0
+        cells, used, fixed = [], 0, 0
         for run in self.runs:
             seq, n = run.seq, run.seq.n if run.seq is not None else 0
             used += n * len(self.sides)
@@ -575,7 +573,11 @@ class Looks:
             else:
                 shown = f"{seq.mean:.2f} [{_num(seq.low)}, {_num(seq.high)}]"
             why = run.stop or (f"failed: {run.error}" if run.error else "not finished")
-            rows.append(f"{run.cell.name:<{width}}  {shown:<40}  {n:>8}  {why}")
+            cells.append((run.cell.name, shown, n, why))
+        width = max(len(c[0]) for c in cells)
+        shown_width = max(len(head), *(len(c[1]) for c in cells))
+        rows = [f"{'cell':<{width}}  {head:<{shown_width}}  {'episodes':>8}  stop"]
+        rows += [f"{name:<{width}}  {shown:<{shown_width}}  {n:>8}  {why}" for name, shown, n, why in cells]
         each = " x 2 checkpoints" if decided else ""
         rows.append(
             f"episodes used: {used} of the {fixed} a fixed run evaluates ({len(self.runs)} cell(s) x max episodes"
