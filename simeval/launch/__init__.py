@@ -4,12 +4,14 @@
     python -m simeval.launch --checkpoint ckpt.pt --episodes 32
     python -m simeval.launch --config launchers/mujoco-halfcheetah.yaml --watch runs/exp1/ckpt
     python -m simeval.launch --backend ray --num-gpus 1 --serve cheetah-eval
+    python -m simeval.launch --suite suite.yaml --until-decided --checkpoint b.pt --baseline a.pt --out runs/ab
 
 The launcher application, built on the library (imported by itself and the demo only:
 the import contracts say so): command line and config (``cli``, ``config``), what to evaluate
 (``plan``) and how workers build it (``build``), the stages (``app``: a
 ``sources`` source of weights x ``cells`` -> jobs run by the one ``pipeline`` on
-``session``'s evaluator slots -> ``lines`` -> ``results``) and video.
+``session``'s evaluator slots -> ``lines`` -> ``results``; ``adaptive``: a suite's cells look
+by look for ``--until-decided`` / ``--until-precise``) and video.
 ``--launcher docker`` hands the command line to the Docker launcher
 (:mod:`simeval.containers`, an application of its own). Flags simeval does not
 know are handed to ``--init-fn``; torch is imported only after the init hook ran.
