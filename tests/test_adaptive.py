@@ -217,6 +217,9 @@ def test_bounds_too_tight_fail_the_cell_in_one_line_naming_it_and_the_episode(tm
         line["error"],
     )
     assert f"failed: {line['error']}" in proc.stdout
+    proc = _run("--suite", str(path), "--checkpoint", B, "--until-precise", "5%", "--out", str(tmp_path / "p"))
+    assert "1 left as failed" in proc.stdout and not re.search(r"^look \d", proc.stdout, re.M)  # not retried
+    assert len(_lines(tmp_path / "p" / "results.jsonl")) == 1
     # a fixed-n suite run fails the cell the same way, and records loose bounds on its ok lines
     _run("--suite", str(path), "--checkpoint", B, "--out", str(tmp_path / "f"))
     (line,) = _lines(tmp_path / "f" / "results.jsonl")

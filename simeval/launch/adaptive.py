@@ -353,15 +353,15 @@ def replay(runs: list[CellRun], sides: list[Side], retry_failed: bool) -> None:
     for run in runs:
         while True:
             records = [newest[s.label].get((*run.cell.key, run.look)) for s in sides]
-            if any(r is None for r in records):
-                break
-            failed = [r for r in records if r.get("status") != "ok"]
-            if failed:
+            failed = [r for r in records if r is not None and r.get("status") != "ok"]
+            if failed:  # a side's round failed (the other side's line was never written): retried, or left
                 if any(retried_on_resume(r, retry_failed) for r in failed):
                     retried += 1  # this look is evaluated again
                 else:
                     run.error, left = str(failed[0].get("error", "failed")), left + 1
                 break
+            if any(r is None for r in records):
+                break  # in one file only, or in none: evaluated (again) for both
             for side, record in zip(sides, records, strict=True):
                 _check_look(record, run, side)
             try:
