@@ -726,6 +726,7 @@ def equal_power(times: np.ndarray, fixed_power: float, look: int, cap: int) -> t
 
 
 EFFECTS = (0.2, 0.35, 0.5, 0.8)  # standardised: mean / sd of the difference
+BUDGET = 200  # about the t-test's n for 80% power at the smallest effect (0.2 sd: 199)
 
 
 def power_continuous(reps: int, seed: int, effects: Sequence[float] = EFFECTS, look: int = 10) -> list[list[str]]:
@@ -772,6 +773,13 @@ def power_continuous(reps: int, seed: int, effects: Sequence[float] = EFFECTS, l
                 budget, power, mean = eq
                 median = float(np.median(np.minimum(times, budget)))
                 row += [budget, f"{power:.3f}", f"{mean:.1f} (median {median:.0f})", f"{1 - mean / n_fix:+.0%}"]
+            # one budget for every effect: the fixed n of the smallest effect of interest (0.2 sd)
+            d = sc.draw(rng, (reps, BUDGET)) + shift
+            fixed_b = np.mean(
+                [paired(*returns(d[r], bounds, rng), CONFIDENCE).verdict == "better" for r in range(reps)]
+            )
+            used = float(np.mean(np.minimum(times, BUDGET)))
+            row += [f"{fixed_b:.3f}", f"{np.mean(times <= BUDGET):.3f}", f"{used:.1f} ({1 - used / BUDGET:+.0%})"]
             rows.append(row)
     return rows
 
@@ -827,6 +835,11 @@ def step_head_to_head(reps: int, seed: int, n_max: int = 200) -> list[list[str]]
             times = stopping_times(make, lambda g, sc=sc: sc.draw(g, (n_max,)), reps, rng, 1, n_max)
             row.append(_decided(times, sc, reps))
         rows.append(row)
+    row = [f"fixed McNemar, n = {n_max} (exact)"]
+    for sc in cases:
+        power = mcnemar_power(n_max, sc)
+        row.append(f"{power:.3f}" if sc.diff == 0 else f"{power:.3f}; {n_max}")
+    rows.append(row)
     for alpha in (0.025, 0.05):
         row = [f"STEP (one-sided {alpha:g}, n_max {n_max})"]
         why = missing("step")
@@ -1082,7 +1095,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("The fixed-n test's n is the smallest with 80% power (paired t: noncentral t; McNemar: exact); its")
         print("power is then measured on the same distribution. The sequence's budget is the smallest multiple")
         print("of its look at which its measured power reaches the fixed test's; episodes used: a verdict stops a")
-        print("run, else the budget. Saving: 1 - mean episodes / fixed n. Effect: mean / sd of the difference.\n")
+        print("run, else the budget. Saving: 1 - mean episodes / fixed n. Effect: mean / sd of the difference.")
+        print(f"The last three columns give both one budget, {BUDGET} episodes (the t-test's n at 80% power for an")
+        print(f"effect of 0.2 sd), whatever the effect: the fixed test always uses {BUDGET}.\n")
         rows = power_continuous(reps, args.seed, (0.35, 0.8) if args.quick else EFFECTS)
         hdr = [
             "data",
@@ -1095,6 +1110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "mean episodes",
             "saving",
         ]
+        hdr += [f"n = {BUDGET}: fixed t power", "sequence power", "mean episodes (saving)"]
         print(table(hdr, rows))
         print()
         rows = power_binary(reps, args.seed, BINARY_EFFECTS[1:] if args.quick else BINARY_EFFECTS)
