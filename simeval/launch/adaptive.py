@@ -259,9 +259,10 @@ def cells_of(suite: Suite, cks: list[Checkpoint]) -> list[SuiteCell]:
 def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]:
     """Each task's look plan: ``--look-every`` (default its num_envs), ``--max-episodes`` (default its episodes).
 
-    A look is whole waves of the task's sub-envs (every sub-env steps until the round's
-    last quota is met, so a partial wave costs a whole one), and exactly one wave where the
-    simulator draws resets from one generator shared by its sub-envs (:func:`shared_resets`).
+    A look is any number of episodes, spread over the task's sub-envs by quota (every sub-env
+    steps until the round's last quota is met, so a partial wave costs a whole one: a note
+    says so), and exactly one wave where the simulator draws resets from one generator shared
+    by its sub-envs (:func:`shared_resets`).
     One-line ConfigErrors naming the task.
     """
     tasks: dict[str, SuiteTask] = {c.cell.task.env: c.cell.task for c in cells}
@@ -274,18 +275,18 @@ def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]
         given = "--max-episodes" if cfg.max_episodes else "the suite's episodes"
         if n > LOOK_STRIDE:
             raise ConfigError(f"{env}: num_envs {n} is more than a look's seeds cover ({LOOK_STRIDE}).")
-        if every % n:
-            raise ConfigError(
-                f"{env}: --look-every {every} is not a multiple of the task's num_envs {n}: a look runs whole waves "
-                f"of its sub-envs (each steps until the round's last episode ends); give {n} or {2 * n}, or change "
-                "num_envs in the suite."
-            )
         sim = simulator_for(env, cfg.env_backend)
         if shared_resets(sim) and every != n:
             raise ConfigError(
                 f"{env}: --look-every {every} must equal the task's num_envs {n}: {sim.title} draws reset states "
                 "from one generator shared by its sub-envs, in the order episodes end, so only each sub-env's first "
                 "episode after a look's seeded reset is common to both checkpoints."
+            )
+        if every % n:
+            print(
+                f"note: {env}: a look of {every} episodes on {n} sub-envs steps all {n} until the last one ends "
+                f"(a partial wave costs a whole one); --look-every {n * max(1, every // n)} uses them all.",
+                flush=True,
             )
         if budget < every:
             raise ConfigError(f"{env}: {given} ({budget}) < --look-every {every}: the budget must hold one look.")

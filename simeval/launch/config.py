@@ -117,8 +117,8 @@ class LaunchConfig:
     )
     look_every: int | None = _opt(
         None,
-        "--until-decided, --until-precise: episodes per look, per cell and per checkpoint: a multiple of the task's "
-        "num_envs (default: its num_envs, one episode per sub-env)",
+        "--until-decided, --until-precise: episodes per look, per cell and per checkpoint (default: the task's "
+        "num_envs, one episode per sub-env; Isaac Lab and mjlab: exactly that)",
     )
     max_episodes: int | None = _opt(
         None,
