@@ -121,11 +121,15 @@ def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
     steps = [json.loads(line)["step"] for line in open(os.path.join(tmp_path, results))]
     assert steps == shipped  # every checkpoint once, in training order
     assert open(os.path.join(tmp_path, png), "rb").read(4) == b"\x89PNG"
-    # Part two: the shipped suite on the first and final checkpoints, compared on the same episodes.
-    table = {
-        line.split()[1]: line.split() for line in proc.stdout.splitlines() if line.startswith(("HalfCheetah-v5 ", "* "))
-    }
-    assert set(table) == {"nominal", "obs-noise", "action-noise", "delay-2", "heavy", "slippery", "*"}
-    assert table["nominal"][2] == f"{curve[0]:.1f}" and table["nominal"][5] == f"{curve[-1]:.1f}"
-    assert table["nominal"][-1] == "better"
+    # Part two: the shipped suite, final against first, decided adaptively; then compared from the files.
+    compared = [line.split() for line in proc.stdout.split("$ python -m simeval.report compare")[1].splitlines()]
+    table = {row[1]: row for row in compared if row and row[0] in ("HalfCheetah-v5", "*") and len(row) > 8}
+    cells = {"nominal", "obs-noise", "action-noise", "delay-2", "heavy", "slippery"}
+    assert set(table) == {*cells, "*"}
+    for cell in cells - {"delay-2"}:  # the large effects: decided at the first looks, at most 8 of 16 episodes
+        assert table[cell][7] == "better" and table[cell][-3] == "decided" and int(table[cell][-4]) <= 8, table[cell]
+    assert table["*"][7] == "better"
+    used = next(line for line in proc.stdout.splitlines() if line.startswith("episodes used:")).split()
+    assert int(used[2]) <= int(used[5]) // 2 and int(used[5]) == 6 * 16 * 2  # at most half a fixed run's episodes
+    assert sum(int(table[c][-4]) for c in cells) * 2 == int(used[2])  # the report replays the launcher's stops
     assert "compare.html" in os.listdir(os.path.join(tmp_path, os.path.dirname(os.path.dirname(results))))
