@@ -3,7 +3,7 @@
 ``EvalSettings`` is fixed for an evaluator's life and travels once to the
 worker (thread, child process or Ray actor); ``RoundOverrides`` travel with a
 single request (``RayEvalWorker.submit`` sets a round's ``max_steps`` and
-exploration). Nothing here imports torch.
+exploration; ``Evaluator.evaluate(seed=...)`` a round's seed). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -98,8 +98,14 @@ class RoundOverrides:
 
     ``num_trajectories`` replaces the settings' episode count for this round
     (``Evaluator(time_budget_s=...)`` sets it from the measured rate of earlier rounds).
+    ``seed`` replaces the settings' seed for this round alone (``evaluate(seed=...)``,
+    ``trigger_eval(seed=...)``): every number that depends on the seed (the envs' seeding,
+    a shard's sub-env seed, ``episode_seeds``, a condition's per-episode draws, torch's
+    generator in a worker process) is the round's, so the round gives the episodes of an
+    evaluator built with ``seed=`` that value; None: the settings' own.
     """
 
     max_steps: int | None = None
     exploration_type: str | None = None
     num_trajectories: int | None = None
+    seed: int | None = None

@@ -12,7 +12,9 @@ simeval before its simulator's ``init_fn`` has run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +117,8 @@ class Evaluator:
     """Evaluate a policy synchronously or in the background, on one of three backends.
 
     Arguments, defaults and error messages follow torchrl's ``Evaluator``;
-    see the docs' evaluator page for the additions (``seed``, ``start_timeout``,
+    see the docs' evaluator page for the additions (``seed``, and a round's own
+    ``evaluate(seed=...)`` / ``trigger_eval(seed=...)``, ``start_timeout``,
     ``keep_episodes``, ``busy_policy="skip"``, bootstrap confidence interval,
     ``results_path``: the worker appends each result to this JSON-lines file,
     with ``results_context`` added to every line, which keeps a served
@@ -256,19 +259,38 @@ class Evaluator:
 
     # -- synchronous ------------------------------------------------------
     def evaluate(
-        self, weights: Any = None, step: int | None = None, *, weights_dict: Mapping[str, Any] | None = None
+        self,
+        weights: Any = None,
+        step: int | None = None,
+        *,
+        weights_dict: Mapping[str, Any] | None = None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
         """Run one evaluation round and return its metrics (blocking).
 
         If an asynchronous evaluation is running, ``busy_policy="error"``
         raises; otherwise this call waits for it (and any queued ones) first.
         The env and policy are never shared between two rounds.
+
+        Args:
+            weights: the policy's weights (a module or TensorDict); None: as loaded last.
+            step: the result's step; None: a counter.
+            weights_dict: weights of other model ids (``"env.transform[2]"``: VecNorm statistics).
+            seed: this round's seed in place of the evaluator's own ``seed`` (None: the evaluator's):
+                the round gives the episodes (returns, lengths, ``episode_seeds``) of an evaluator
+                built with ``seed=`` this value, on every backend; later rounds go back to the
+                evaluator's own seed.
+
+        Raises:
+            ValueError: ``seed`` is not a whole number.
         """
         self._refuse_in_callback("evaluate()")
+        overrides = _seeded(seed)
         request = self._front.submit(
             lambda: _sources(weights, weights_dict),
             step,
             sync=True,
+            overrides=overrides,
             busy_message="evaluate() called while an asynchronous evaluation is pending: call wait() first, "
             "or use busy_policy='queue' to run it after the pending ones.",
         )
@@ -276,14 +298,34 @@ class Evaluator:
 
     # -- asynchronous -----------------------------------------------------
     def trigger_eval(
-        self, weights: Any = None, step: int | None = None, *, weights_dict: Mapping[str, Any] | None = None
+        self,
+        weights: Any = None,
+        step: int | None = None,
+        *,
+        weights_dict: Mapping[str, Any] | None = None,
+        seed: int | None = None,
     ) -> bool:
         """Start an evaluation in the background.
 
-        Returns True when the request was started or queued, False when
-        ``busy_policy="skip"`` dropped it (without copying the weights).
+        Args:
+            weights: the policy's weights (a module or TensorDict); None: as loaded last.
+            step: the result's step; None: a counter.
+            weights_dict: weights of other model ids (``"env.transform[2]"``: VecNorm statistics).
+            seed: this round's seed in place of the evaluator's own (None: the evaluator's); see
+                :meth:`evaluate`.
+
+        Returns:
+            True when the request was started or queued, False when ``busy_policy="skip"``
+            dropped it (without copying the weights).
+
+        Raises:
+            ValueError: ``seed`` is not a whole number.
         """
-        return self._front.submit(lambda: _sources(weights, weights_dict), step, sync=False) is not None
+        overrides = _seeded(seed)
+        return (
+            self._front.submit(lambda: _sources(weights, weights_dict), step, sync=False, overrides=overrides)
+            is not None
+        )
 
     def poll(self, timeout: float = 0) -> dict[str, Any] | None:
         """The next finished result, or None if none is ready within ``timeout`` seconds.
@@ -338,7 +380,8 @@ class Evaluator:
 
     def _plan_round(self, request: Request) -> None:
         """Set the round's episode count from the time budget, just before it starts (after the last result)."""
-        request.overrides = RoundOverrides(num_trajectories=self._budget.next_count())
+        planned = request.overrides or RoundOverrides()  # a round's seed, when it was given one
+        request.overrides = dataclasses.replace(planned, num_trajectories=self._budget.next_count())
 
     def _deadline(self, request: Request) -> Deadline | None:
         """The round's time limit, as it starts (after ``_plan_round`` chose a budget's count)."""
@@ -380,6 +423,15 @@ class Evaluator:
         skip = f"{self._log_prefix}/workers"  # where the rounds ran: not numbers
         data = {k: torch.as_tensor(v) for k, v in result.items() if v is not None and k != skip}
         self._user_on_result(TensorDict(data, batch_size=[]))
+
+
+def _seeded(seed: Any) -> RoundOverrides | None:
+    """The overrides of a round given ``seed`` (None: none); ValueError unless it is a whole number."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"seed must be a whole number or None, got {seed!r}.")
+    return RoundOverrides(seed=int(seed))
 
 
 def _sources(weights: Any, weights_dict: Mapping[str, Any] | None) -> dict[str, Any] | None:

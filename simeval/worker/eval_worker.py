@@ -320,32 +320,33 @@ class EvalWorker:
         self.build()
         self.load(weights)
         max_steps = overrides.max_steps if overrides.max_steps is not None else self.settings.max_steps
-        quotas, seed = self._quotas_and_seed(shard, overrides.num_trajectories)
+        seed = overrides.seed if overrides.seed is not None else self.settings.seed  # this round's, or the settings'
+        quotas, env_seed = self._quotas_and_seed(shard, overrides.num_trajectories, seed)
         first = shard.first if shard is not None else 0
-        perturbs = self._start_conditions(first)
-        episodes = self._roll_out(quotas, seed, max_steps, overrides.exploration_type)
+        perturbs = self._start_conditions(first, seed)
+        episodes = self._roll_out(quotas, env_seed, max_steps, overrides.exploration_type)
         raw = self._raw_metrics(episodes, step)
-        raw.update(self._episode_identities(episodes, first, perturbs))
+        raw.update(self._episode_identities(episodes, first, perturbs, seeded=seed is not None))
         self._add_frames(raw, step, leader=shard is None or shard.first == 0)
         self._append_record(raw)
         return raw
 
-    def _start_conditions(self, first: int) -> list:
-        """Start the round on each condition layer (``Perturb``) of the env: episode seeds from the round's seed."""
+    def _start_conditions(self, first: int, seed: int | None) -> list:
+        """Start the round on each condition layer (``Perturb``) of the env: episode seeds from the round's ``seed``."""
         perturbs = [t for t in vecnorm.iter_transforms(self._rollout_env) if hasattr(t, "start_round")]
-        self._round_seed = round_seed(self.settings.seed)
+        self._round_seed = round_seed(seed)
         for p in perturbs:
             p.start_round(self._round_seed, first)
         return perturbs
 
-    def _episode_identities(self, episodes: Episodes, first: int, perturbs: list) -> dict[str, Any]:
-        """``episode_seeds`` (seeded rounds) and ``episode_conditions`` (settings drawn per episode), episode order.
+    def _episode_identities(self, episodes: Episodes, first: int, perturbs: list, seeded: bool) -> dict[str, Any]:
+        """``episode_seeds`` (``seeded`` rounds) and ``episode_conditions`` (settings drawn per episode), episode order.
 
         Episode ``k`` of global sub-env ``i`` has :func:`simeval.conditions.episode_seed` ``(seed, i, k)``.
         """
         out: dict[str, Any] = {}
         positions = [(first + i, k) for i, k in zip(episodes.sub_envs, episodes.ordinals, strict=True)]
-        if self.settings.seed is not None:
+        if seeded:
             out["episode_seeds"] = [episode_seed(self._round_seed, i, k) for i, k in positions]
         drawn: dict[str, list[float]] = {}
         for p in perturbs:
@@ -430,25 +431,24 @@ class EvalWorker:
             append_record(settings.results_path, make_record(result, settings.log_prefix, **settings.results_context))
 
     def _quotas_and_seed(
-        self, shard: Shard | None, num_trajectories: int | None = None
+        self, shard: Shard | None, num_trajectories: int | None, seed: int | None
     ) -> tuple[list[int], int | None]:
         """Each sub-env's episode quota and the seed of sub-env 0: the whole round's, or ``shard``'s.
 
         ``num_trajectories`` (the round's override) replaces the settings' count; a shard's quotas
-        were planned by the caller with it already.
+        were planned by the caller with it already. ``seed`` is the round's (its override, else the
+        settings'); a shard's sub-env 0 is seeded as global sub-env ``shard.first`` of it.
         """
-        settings = self.settings
         if shard is None:
             # None: one episode per sub-env
-            quota = num_trajectories or settings.num_trajectories or self._num_envs
-            return metrics.episode_quotas(quota, self._num_envs), settings.seed
+            quota = num_trajectories or self.settings.num_trajectories or self._num_envs
+            return metrics.episode_quotas(quota, self._num_envs), seed
         if shard.size != self._num_envs:
             raise ValueError(
                 f"shard {shard.index} covers {shard.size} sub-envs but this worker's env has {self._num_envs}: "
                 "the env factory must build num_envs sub-envs when called with num_envs=."
             )
-        seed = None if settings.seed is None else sub_env_seed(self._rollout_env, settings.seed, shard.first)
-        return list(shard.quotas), seed
+        return list(shard.quotas), None if seed is None else sub_env_seed(self._rollout_env, seed, shard.first)
 
     def _dump_video(self, step: int):
         """Collect recorded frames, then ``dump(step=...)`` every VideoRecorder."""
