@@ -187,7 +187,7 @@ def results_keys(root: str) -> set[str]:
     from simeval.conditions import Condition
     from simeval.launch.suite import Cell, SuiteTask
 
-    task = SuiteTask("HalfCheetah-v5", 1, 0, 1, 10, {"nominal": Condition()}, reference=(0.0, 1.0))
+    task = SuiteTask("HalfCheetah-v5", 1, 0, 1, 10, {"nominal": Condition()}, reference=(0.0, 1.0), bounds=(0.0, 1.0))
     keys |= set(Cell(task, "nominal", Condition()).context("SUITE"))  # a suite's lines (--suite)
     return keys | _make_record_keywords(root)
 
