@@ -150,3 +150,40 @@ def test_compare_pairs_the_two_checkpoints_episode_by_episode(runs):
         assert row["diff"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-9)
         assert row["diff_ci_low"] <= row["diff"] <= row["diff_ci_high"]
         assert row["verdict"] in ("better", "worse", "inconclusive")
+
+
+def test_until_decided_on_isaac_lab_pairs_every_look_and_refuses_looks_other_than_num_envs(tmp_path):
+    """A tensor env whose sub-envs share one reset generator: each look is one episode per sub-env, all paired.
+
+    Isaac Lab draws reset states in the order episodes end, so an adaptive run seeds a
+    round per look (``look_seed``) and plays one episode per sub-env from it: A's and B's
+    episodes of a look are the same, and no look repeats another's. A look of any other
+    size is refused before Isaac Lab starts.
+    """
+    from simeval.conditions import episode_seed, look_seed
+    from simeval.sequential import LookPlan
+
+    n = 4
+    suite = tmp_path / "adaptive.yaml"
+    suite.write_text(f"name: a\nseed: {SEED}\nepisodes: {2 * n}\nnum_envs: {n}\nmax_steps: {MAX_STEPS}\n"
+                     f"tasks:\n  - env: {DIRECT}\n")  # fmt: skip
+    a, b = os.path.join(RUN, "model_50.pt"), os.path.join(RUN, "model_149.pt")
+    flags = ["--suite", str(suite), "--checkpoint", b, "--baseline", a, "--until-decided"]
+    refused = subprocess.run(
+        [sys.executable, "-m", "simeval.launch", *flags, "--look-every", str(2 * n), "--out", str(tmp_path / "x")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO,
+    )  # fmt: skip
+    assert refused.returncode == 2 and f"--look-every {2 * n} must equal the task's num_envs {n}" in refused.stderr
+    out = tmp_path / "run"
+    _run("simeval.launch", *flags, "--out", str(out))
+    lines = {s: [json.loads(x) for x in (out / s / "results.jsonl").read_text().splitlines()] for s in "ab"}
+    assert [r["look"] for r in lines["a"]] == [r["look"] for r in lines["b"]] == list(range(len(lines["a"])))
+    for la, lb in zip(lines["a"], lines["b"], strict=True):
+        want = [episode_seed(look_seed(SEED, la["look"]), i, 0) for i in range(n)]
+        assert sorted(la["episode_seeds"]) == sorted(lb["episode_seeds"]) == sorted(want)
+    plan = LookPlan.from_data(lines["a"][0]["sequential"])
+    seq = plan.paired(None, "cell")
+    for la, lb in zip(lines["a"], lines["b"], strict=True):
+        order = [lb["episode_seeds"].index(s) for s in la["episode_seeds"]]
+        seq.update(la["episode_returns"], [lb["episode_returns"][k] for k in order])
+    assert lines["a"][-1]["stop"] == lines["b"][-1]["stop"] == plan.stop(seq)  # the files replay the live stop
