@@ -173,6 +173,36 @@ def test_a_resume_evaluates_only_the_looks_missing_from_either_file(decided, sui
     assert "look 0 was evaluated with alpha 0.05 (now 0.1)" in proc.stderr.strip().splitlines()[-1]
 
 
+def test_a_slot_keeps_one_evaluator_per_cell_across_its_looks_on_the_process_backend(
+    decided, suite, tmp_path, monkeypatch
+):
+    """Each look's round is given its look seed, so the thread run's episodes come from one worker per cell."""
+    from simeval.launch import app, session
+
+    built = []
+    make_evaluator = session.make_evaluator
+
+    def counted(*args, **kwargs):
+        built.append(kwargs["condition"])
+        return make_evaluator(*args, **kwargs)
+
+    monkeypatch.setattr(session, "make_evaluator", counted)
+    for module in (app, session):  # the launcher's SIGTERM/SIGINT handlers: not in pytest's process
+        monkeypatch.setattr(module, "install_stop_handlers", lambda stop: None)
+    parsed = parse(["--suite", suite, "--checkpoint", B, "--baseline", A, "--until-decided", *DECIDED,
+                    "--backend", "process", "--out", str(tmp_path)])  # fmt: skip
+    assert app.run(parsed, str(tmp_path)) == 0
+    assert len(built) == 2  # one per cell (nominal, noisy), not one per look (3) or per round (6)
+    out, _ = decided
+    for side in "ab":
+        thread, process = _looks(out, side), _looks(tmp_path, side)
+        assert sorted(process) == sorted(thread)
+        for key, line in thread.items():
+            for field in ("seed", "episode_seeds", "episode_returns", "episode_lengths", "stop"):
+                assert process[key].get(field) == line.get(field), (side, key, field)
+            assert process[key]["backend"] == "process"
+
+
 @pytest.mark.ray
 def test_two_ray_workers_see_the_episodes_one_thread_worker_sees(ray_cluster, decided, suite, tmp_path):
     out, _ = decided

@@ -46,8 +46,12 @@ both are in). So this module keeps its own small dispatch loop, over the same
 idle slot takes a job of the (cell, look) it is built for first, so A and B of one
 look share one evaluator build), the same record builder (:mod:`simeval.launch.lines`),
 the same results files and attempts journal (:class:`~simeval.launch.results.ResultsLog`).
-An evaluator's seed is fixed when it is built, so each look builds its evaluator
-(once per slot, shared by A and B when they share a plan).
+A slot's evaluator is built for a cell (:attr:`LookCell.slot_key`: its looks differ only
+in their seed) and plan, and kept across the cell's looks, and across A and B when they
+share a plan: each round is given its look's seed (``Evaluator.trigger_eval(seed=...)``),
+which gives the episodes an evaluator built with that seed gives. An idle slot takes a job
+of the cell it is built for first (of the checkpoint it ran last first, so A and B of
+other plans rebuild it once a look, not twice), so a worker starts once per cell and slot.
 """
 
 from __future__ import annotations
@@ -97,8 +101,17 @@ class LookCell:
 
     @property
     def key(self) -> tuple:
-        """(task, condition, look): a slot built for it serves A's and B's rounds of the look."""
+        """(task, condition, look): what the attempts journal and a resume know the look by."""
         return (*self.base.key, self.look)
+
+    @property
+    def slot_key(self) -> tuple:
+        """(task, condition): what a slot's evaluator is built for, whatever the look.
+
+        The looks of a cell differ only in their seed, which :meth:`Looks._start_idle` gives each round
+        (see :func:`simeval.launch.session.slot_key`).
+        """
+        return self.base.key
 
     @property
     def condition(self) -> Any:
@@ -434,6 +447,7 @@ class Looks:
         self.session, self.cfg, self.sides, self.runs = session, session.cfg, sides, runs
         self.jobs: list[Job] = []
         self.running: dict[int, Job] = {}
+        self.last: dict[int, str] = {}  # slot -> the label of the side it evaluated last
 
     def run(self) -> int:
         """Evaluate until every cell stopped (or failed), or a signal; print the table. The exit code: 0."""
@@ -457,16 +471,23 @@ class Looks:
         self.jobs.extend(Job(side, run, cell) for side in self.sides)
 
     def _start_idle(self) -> None:
-        """Give each idle slot a job: one of the (cell, look) it is built for first, else the oldest."""
+        """Give each idle slot a job: one of the cell it is built for first (of the side it ran last first), else
+        the oldest; the round gets its look's seed, so the slot's evaluator serves every look of the cell."""
         for index in range(len(self.session.slots)):
             if index in self.running or not self.jobs:
                 continue
-            built = self.session.slots[index].cell_key
-            job = next((j for j in self.jobs if j.cell.key == built), self.jobs[0])
+            built, last = self.session.slots[index].cell_key, self.last.get(index)
+            mine = [j for j in self.jobs if j.cell.slot_key == built]
+            job = next((j for j in mine if j.side.label == last), mine[0] if mine else self.jobs[0])
             self.jobs.remove(job)
+            self.last[index] = job.side.label
             try:
                 job.attempt = self.session.start(
-                    job.side.ck, index, job.cell, journal=lambda job=job: job.side.log.attempt(job.key)
+                    job.side.ck,
+                    index,
+                    job.cell,
+                    journal=lambda job=job: job.side.log.attempt(job.key),
+                    seed=job.cell.seed,
                 )
             except ConfigError:
                 raise  # the run's settings: no round could run

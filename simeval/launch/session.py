@@ -4,7 +4,10 @@
 ``start`` a job (checkpoint x cell) on an idle slot, ``poll`` it. A slot's
 evaluator is built for the job's cell (its condition, its settings) and plan
 (:class:`~simeval.launch.plan.EvalPlan`: env, policy factory, VecNorm use), and
-kept while the jobs it takes need the same; another cell or plan rebuilds it.
+kept while the jobs it takes need the same; another cell or plan rebuilds it. A cell
+may name what its evaluator is built for apart from its own key (``slot_key``: an
+adaptive run's looks of one cell share one, each round given its look's seed through
+``start(seed=...)``).
 ``--workers K`` gives K slots where a run has several jobs (``--watch``, a
 suite's cells); a single job (``--checkpoint`` alone) gets one slot whose rounds
 are split over the K Ray workers.
@@ -68,12 +71,22 @@ def describe(record: dict[str, Any]) -> str:
     return f"{record['env']} with {record['policy_factory']}({record['policy_kwargs'] or ''})"
 
 
+def slot_key(cell: JobCell) -> tuple:
+    """What a slot's evaluator is built for when it evaluates ``cell``: its ``slot_key`` if it has one, else its key.
+
+    An adaptive run's look (:class:`simeval.launch.adaptive.LookCell`) answers its cell's key,
+    whatever the look: the looks of a cell differ only in their seed, which each round is given.
+    """
+    return getattr(cell, "slot_key", cell.key)
+
+
 @dataclass
 class Slot:
     """One evaluator and what it is built for."""
 
     evaluator: Any = None
     cell_key: tuple | None = None
+    """:func:`slot_key` of the cell it was built for."""
     plan: EvalPlan | None = None
     env_backend: str | None = None
 
@@ -113,7 +126,7 @@ class Session:
         if self.one_plan:
             self._check_plan(plan_record(plan))
         slot = self.slots[index]
-        if slot.evaluator is None or slot.cell_key != cell.key or slot.plan != plan:
+        if slot.evaluator is None or slot.cell_key != slot_key(cell) or slot.plan != plan:
             self._close(slot)
             self._build(slot, plan, cell)
         return slot.evaluator
@@ -146,13 +159,24 @@ class Session:
             )
         except ValueError as exc:  # the run's settings, not this checkpoint: no checkpoint can be evaluated
             raise ConfigError(str(exc)) from exc
-        slot.evaluator, slot.cell_key, slot.plan, slot.env_backend = evaluator, cell.key, plan, env_backend
+        slot.evaluator, slot.cell_key, slot.plan, slot.env_backend = evaluator, slot_key(cell), plan, env_backend
         install_stop_handlers(self.stop)  # ray.init installs its own SIGTERM handler: ours comes last
 
-    def start(self, ck: Checkpoint, index: int, cell: JobCell, journal: Callable[[], int] | None = None) -> int:
+    def start(
+        self,
+        ck: Checkpoint,
+        index: int,
+        cell: JobCell,
+        journal: Callable[[], int] | None = None,
+        *,
+        seed: int | None = None,
+    ) -> int:
         """Begin evaluating ``ck`` on ``cell`` in idle slot ``index``; the attempt number ``journal()`` returns.
 
         ``journal`` runs once the evaluator is ready, just before the round is triggered.
+        ``seed`` is the round's own (``Evaluator.trigger_eval(seed=...)``; None: the evaluator's,
+        the cell's ``seed`` setting): a slot kept across cells of one :func:`slot_key` gives
+        each round its cell's seed this way.
 
         Raises:
             PlanError, PlanBusy: see :meth:`evaluator_for`; PlanError also where ``--env`` contradicts ``ck``.
@@ -168,7 +192,7 @@ class Session:
         ev = self.evaluator_for(plan, index, cell)
         attempt = journal() if journal is not None else 1
         weights = dict(ck.weights_dict) if plan.obs_norm else {"policy": ck.policy}
-        ev.trigger_eval(weights_dict=weights, step=ck.step)
+        ev.trigger_eval(weights_dict=weights, step=ck.step, seed=seed)
         self.busy.add(index)
         return attempt
 
