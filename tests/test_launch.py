@@ -312,10 +312,12 @@ def test_report_plots_the_eval_curve_of_several_runs(checkpoints, tmp_path):
 
 
 def test_video_records_the_first_episode_of_each_round_only_when_asked(checkpoints, tmp_path):
+    """Headless by default: no display and no MUJOCO_GL, the launcher picks EGL before MuJoCo is imported."""
     import imageio.v2 as imageio
 
     out = tmp_path / "out"
-    proc = cli("--checkpoint", checkpoints[0], "--out", str(out), "--video", *SMALL, env={"MUJOCO_GL": "egl"})
+    headless = {"MUJOCO_GL": "", "DISPLAY": ""}
+    proc = cli("--checkpoint", checkpoints[0], "--out", str(out), "--video", *SMALL, env=headless)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (video,) = list((out / "videos").iterdir())
     assert video.name == "step_000001000.mp4"
@@ -326,3 +328,18 @@ def test_video_records_the_first_episode_of_each_round_only_when_asked(checkpoin
     quiet = tmp_path / "quiet"
     assert cli("--checkpoint", checkpoints[0], "--out", str(quiet), *SMALL).returncode == 0
     assert not (quiet / "videos").exists()
+
+
+def test_video_without_a_headless_opengl_is_one_line_saying_what_to_install(monkeypatch):
+    import ctypes.util
+
+    from simeval.envs.simulators.mujoco_native.gl import headless_gl
+
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # a machine with neither library
+    with pytest.raises(ValueError, match=r"^MuJoCo cannot render headless here: neither libEGL nor .*libegl1"):
+        headless_gl()
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libOSMesa.so.8" if name == "OSMesa" else None)
+    assert headless_gl() == {"MUJOCO_GL": "osmesa"}
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    assert headless_gl() == {"MUJOCO_GL": "egl"}  # the user's choice stands

@@ -54,6 +54,21 @@ BUILT_IN: tuple[Simulator, ...] = (
 
 
 @functools.cache
+def prepare_headless() -> None:
+    """Set every simulator's headless rendering environment (unless already set), before any is imported.
+
+    For ``--video``: MuJoCo reads ``MUJOCO_GL`` once, when it is imported, so this runs at
+    the start of the process; worker processes and Ray actors inherit it. A ValueError
+    (one line) where a simulator cannot render headless here.
+    """
+    import os
+
+    for sim in registered():
+        for key, value in sim.headless_env().items():
+            if not os.environ.get(key):  # unset or empty: an empty MUJOCO_GL would mean GLFW, which needs a display
+                os.environ[key] = value
+
+
 def registered() -> tuple[Simulator, ...]:
     """Every simulator: the built-in ones, then those of installed packages' ``simeval.simulators`` entry points.
 

@@ -103,6 +103,15 @@ class Simulator(ABC):
     render_env: ClassVar[Mapping[str, str]] = {}
     settings_env: ClassVar[tuple[str, ...]] = ()
 
+    def headless_env(self) -> dict[str, str]:
+        """The environment its frames render under headless on this machine (:attr:`render_env` by default).
+
+        Set, unless already set, at the start of a run that renders (``--video``), before
+        any simulator is imported. Raises ValueError (one line: what to install) where it
+        cannot render headless here.
+        """
+        return dict(self.render_env)
+
     def tasks(self) -> tuple[str, ...]:
         """The ids it runs, for messages; ``()`` where any id its :meth:`check` accepts may run."""
         return ()

@@ -11,18 +11,24 @@ from typing import TYPE_CHECKING
 
 from simeval.envs.simulators.base import EnvRequest
 from simeval.envs.simulators.gym_ids import GymIdSimulator
+from simeval.envs.simulators.mujoco_native.gl import headless_gl
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
+
 
 class GymnasiumVector(GymIdSimulator):
     """Any gymnasium id, stepped by gymnasium in one process (``render`` gives sub-env 0's frames)."""
 
     name = "gymnasium"
     title = "gymnasium"
-    render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads
+    render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads (headless_env picks EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
     fallback = True
+
+    def headless_env(self) -> dict[str, str]:
+        """``MUJOCO_GL``: the user's, else EGL, else OSMesa (:mod:`~simeval.envs.simulators.mujoco_native.gl`)."""
+        return headless_gl()
 
     def default_for(self, name: str) -> bool:
         """Every id: the fallback, where no other simulator of gymnasium ids claims it."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from simeval.envs.simulators.base import DirectRound, EnvRequest
 from simeval.envs.simulators.gym_ids import GymIdSimulator
+from simeval.envs.simulators.mujoco_native.gl import headless_gl
 
 if TYPE_CHECKING:
     from torchrl.envs import EnvBase
@@ -32,13 +33,17 @@ class NativeMujoco(GymIdSimulator):
 
     name = "native"
     title = "native MuJoCo"
-    render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads
+    render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads (headless_env picks EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
     capabilities = frozenset({"observation", "action", "physics"})
 
     def tasks(self) -> tuple[str, ...]:
         """:data:`NATIVE_TASKS`."""
         return NATIVE_TASKS
+
+    def headless_env(self) -> dict[str, str]:
+        """``MUJOCO_GL``: the user's, else EGL, else OSMesa (:mod:`~simeval.envs.simulators.mujoco_native.gl`)."""
+        return headless_gl()
 
     def default_for(self, name: str) -> bool:
         """Its own tasks are built natively unless another backend is asked for."""
