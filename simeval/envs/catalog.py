@@ -20,6 +20,7 @@ __all__ = [
     "tasks",
 ]
 
+
 def env_backend(name: str, backend: str | None = None) -> str:
     """The simulator ``make_env`` uses for the gymnasium id ``name``: ``backend`` checked, or the id's default."""
     return simulator_for(name, backend).name

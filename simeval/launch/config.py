@@ -118,7 +118,7 @@ class LaunchConfig:
     look_every: int | None = _opt(
         None,
         "--until-decided, --until-precise: episodes per look, per cell and per checkpoint (default: the task's "
-        "num_envs, one episode per sub-env; Isaac Lab and mjlab: exactly that)",
+        "num_envs, one episode per sub-env; exactly that where sub-envs share one reset generator)",
     )
     max_episodes: int | None = _opt(
         None,
