@@ -130,3 +130,23 @@ def test_a_sharded_ray_round_takes_the_rounds_seed_in_every_shard(ray_cluster):
     assert seeded == _fresh(7, "ray", **sharded)
     assert back == own and seeded["episode_seeds"] == _fresh(7)["episode_seeds"]  # shard 1 seeded as sub-env 1
     assert seeded["episode_conditions/observation_noise"] == _fresh(7)["episode_conditions/observation_noise"]
+
+
+def test_the_tensor_engine_takes_a_rounds_seed():
+    """The MuJoCo Warp env on Warp's CPU device, stepped by the tensor engine (its default)."""
+    wp = pytest.importorskip("warp")
+    pytest.importorskip("mujoco_warp")
+    level, wp.config.optimization_level = wp.config.optimization_level, 0  # as tests/test_warp_env.py compiles
+    warp = functools.partial(make_env, "HalfCheetah-v5", num_envs=2, obs_norm=False, backend="warp", device="cpu")
+    settings = {"policy_factory": mlp_policy, "num_trajectories": 4, "max_steps": 12, "keep_episodes": True}
+    try:
+        with Evaluator(warp, seed=0, **settings) as ev:
+            own = _episodes(ev.evaluate())
+            seeded = _episodes(ev.evaluate(seed=7))
+            back = _episodes(ev.evaluate())
+        with Evaluator(warp, seed=7, **settings) as fresh:
+            assert seeded == _episodes(fresh.evaluate())
+    finally:
+        wp.config.optimization_level = level
+    assert back == own and seeded["episode_returns"] != own["episode_returns"]
+    assert seeded["episode_seeds"] == [episode_seed(7, i, k) for i in range(2) for k in range(2)]
