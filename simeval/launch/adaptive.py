@@ -42,9 +42,8 @@ independent jobs from a source of checkpoints and records each alone. A look
 depends on the cell's previous look (its verdict decides whether there is one), and
 its two halves go to two files together (the last look's ``stop`` is known only once
 both are in). So this module keeps its own small dispatch loop, over the same
-:class:`~simeval.launch.session.Session` slots (``--workers K`` on Ray: K slots; an
-idle slot takes a job of the (cell, look) it is built for first, so A and B of one
-look share one evaluator build), the same record builder (:mod:`simeval.launch.lines`),
+:class:`~simeval.launch.session.Session` slots (``--workers K`` on Ray: K slots),
+the same record builder (:mod:`simeval.launch.lines`),
 the same results files and attempts journal (:class:`~simeval.launch.results.ResultsLog`).
 A slot's evaluator is built for a cell (:attr:`LookCell.slot_key`: its looks differ only
 in their seed) and plan, and kept across the cell's looks, and across A and B when they
