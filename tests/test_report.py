@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
+import sys
 
 from helpers import const_policy, count_env
 
@@ -138,3 +141,133 @@ def test_an_adaptive_runs_looks_are_one_row_per_checkpoint_and_cell(tmp_path, ca
     assert cli.main([str(out), "--output", str(tmp_path / "curve.png")]) == 0
     assert [(step, episodes) for _label, step, *_, episodes in _rows(capsys.readouterr().out)] == [
         ("1,000", "12"), ("1,000", "4"), ("2,000", "2")]  # fmt: skip
+
+
+def _ok(step: int, name: str, mean: float, **cell) -> dict:
+    """An ok results line of checkpoint ``name`` (a suite's cell with ``task``/``condition``)."""
+    return {"status": "ok", "step": step, "checkpoint_name": name, "checkpoint": f"/ck/{name}",
+            "metrics": {"reward": mean, "reward_ci_low": mean - 1, "reward_ci_high": mean + 1, "num_episodes": 4},
+            **cell}  # fmt: skip
+
+
+def _failed(step: int, name: str, error: str, retry: str = "--retry-failed", **cell) -> dict:
+    """A failed results line as :func:`simeval.records.failed_record` writes it."""
+    return {"status": "failed", "checkpoint": f"/ck/{name}", "checkpoint_name": name, "error": error, "step": step,
+            "error_kind": "evaluation", "retry": retry, **cell}  # fmt: skip
+
+
+def _write_lines(out_dir, lines: list[dict]) -> str:
+    from simeval.records import append_record
+
+    for line in lines:
+        append_record(str(out_dir / "results.jsonl"), line)
+    return str(out_dir)
+
+
+def test_failed_checkpoints_are_listed_below_the_table_with_how_to_retry_them(tmp_path, capsys):
+    """A failed line that still stands is listed (run, checkpoint, step, cell, reason, the retry command); one whose
+    newest line is ok after it is not; the exit code stays 0 while something was evaluated."""
+    run = _write_lines(tmp_path / "run", [
+        _failed(1000, "ck_1000.pt", "worker died"),  # then evaluated again: ok
+        _ok(1000, "ck_1000.pt", 5.0),
+        _failed(2000, "ck_2000.pt", "unreadable checkpoint:\n  truncated zip"),
+        _failed(3000, "ck_3000.pt", "first try"),
+        _failed(3000, "ck_3000.pt", "second try"),  # the newest failed line of an evaluation is the one listed
+    ])  # fmt: skip
+    assert cli.main([run, "--output", str(tmp_path / "curve.png")]) == 0
+    out = capsys.readouterr().out
+    listing = out[out.index("failed (2):") :].splitlines()
+    assert listing[1] == "  run: ck_2000.pt  step 2,000: unreadable checkpoint: truncated zip"
+    assert listing[2] == "  run: ck_3000.pt  step 3,000: second try"
+    assert listing[3].startswith("retry: rerun the launcher with the same flags and --retry-failed")
+    assert f"--out {run} --retry-failed" in listing[3]
+    assert "ck_1000.pt" not in out[out.index("failed (2):") :]
+    assert (tmp_path / "curve.png").read_bytes()[:8] == PNG
+
+
+def test_nothing_but_failures_exits_1_with_one_line_saying_so(tmp_path, capsys):
+    """A run whose every evaluation failed (each cell of a suite's checkpoint, and a checkpoint with no cell) exits 1:
+    the failures listed, one error line, no empty table and no plot."""
+    run = _write_lines(tmp_path / "run", [
+        _failed(1000, "ck.pt", "CUDA error: out of memory", task="Hopper-v5", condition="nominal"),
+        _failed(1000, "ck.pt", "CUDA error: out of memory", task="Hopper-v5", condition="heavy"),
+        _failed(2000, "ck2.pt", "not a checkpoint", retry="resume"),
+    ])  # fmt: skip
+    png = tmp_path / "curve.png"
+    assert cli.main([run, "--output", str(png)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "failed (3):"
+    assert out[1] == "  run: ck.pt  step 1,000  Hopper-v5 / nominal: CUDA error: out of memory"
+    assert out[2] == "  run: ck.pt  step 1,000  Hopper-v5 / heavy: CUDA error: out of memory"
+    assert out[-1] == f"simeval-report: error: every evaluation in {run} failed (listed above)."
+    assert not any(line.startswith("---") for line in out) and not png.exists()
+
+
+def test_a_suite_checkpoint_failed_without_a_cell_then_evaluated_is_not_listed(tmp_path, capsys):
+    """A checkpoint that could not be read fails without task/condition; its cells' later ok lines supersede it."""
+    run = _write_lines(tmp_path / "run", [
+        _failed(1000, "ck.pt", "unreadable"),
+        _ok(1000, "ck.pt", 1.0, task="T", condition="nominal"),
+        _ok(1000, "ck.pt", 2.0, task="T", condition="heavy"),
+    ])  # fmt: skip
+    assert cli.main([run, "--output", str(tmp_path / "curve.png")]) == 0
+    assert "failed (" not in capsys.readouterr().out
+
+
+def test_a_suite_run_has_task_and_condition_columns_and_a_curve_per_cell(tmp_path, capsys, monkeypatch):
+    """One row per checkpoint x cell with its task and condition; the plot draws one curve per (run, cell) against
+    step (points joined across steps), never all of a step's cells as one vertical line."""
+    lines = [_ok(s, f"ck_{s}.pt", base + s / 1000, task="Hopper-v5", condition=c)
+             for s in (1000, 2000) for c, base in (("nominal", 10.0), ("heavy", 20.0))]  # fmt: skip
+    run = _write_lines(tmp_path / "suite", lines)
+    drawn: list[tuple[str, list, list]] = []
+    from matplotlib.axes import Axes
+
+    real = Axes.plot
+
+    def spy(self, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("label"), list(x), list(y)))
+        return real(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+    assert cli.main([run, "--output", str(tmp_path / "curve.png")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["run", "step", "task", "condition", "return", "ci", "low", "ci", "high", "episodes"]
+    rows = [line.split() for line in out[2:6]]
+    assert [r[:5] for r in rows] == [
+        ["suite", "1,000", "Hopper-v5", "nominal", "11.0"],
+        ["suite", "1,000", "Hopper-v5", "heavy", "21.0"],
+        ["suite", "2,000", "Hopper-v5", "nominal", "12.0"],
+        ["suite", "2,000", "Hopper-v5", "heavy", "22.0"],
+    ]
+    assert drawn == [
+        ("suite: Hopper-v5 / nominal", [1000, 2000], [11.0, 12.0]),
+        ("suite: Hopper-v5 / heavy", [1000, 2000], [21.0, 22.0]),
+    ]
+
+
+def _pipe(cmd: str) -> subprocess.CompletedProcess:
+    """``cmd`` in a shell, its stdout piped into ``head -c 10``: the reader closes the pipe early."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {cmd} | head -c 10 >/dev/null"], capture_output=True, text=True,
+        timeout=120, env=env,
+    )  # fmt: skip
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_report_quietly(tmp_path):
+    """``report compare --json | head`` and ``report DIR | head``: no BrokenPipeError traceback, exit 0 or 141."""
+    # More than a pipe's buffer (64 KiB) of table and of JSON: the writer meets the closed pipe.
+    lines = [_ok(s, f"ck_{s}.pt", 1.0, task=f"T{k}", condition="nominal") for s in (1, 2) for k in range(600)]
+    for line in lines:
+        line.update(episode_returns=[1.0, 2.0], episode_seeds=[0, 1])
+    a = _write_lines(tmp_path / "a", lines)
+    b = _write_lines(tmp_path / "b", lines)
+    py = shlex.quote(sys.executable)
+    for cmd in (
+        f"{py} -m simeval.report compare {a} {b} --json --step-a 1 --step-b 1",
+        f"{py} -m simeval.report {a} --output {tmp_path / 'curve.png'}",
+    ):
+        proc = _pipe(cmd)
+        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+        assert proc.returncode in (0, 141), (cmd, proc.returncode, proc.stderr)

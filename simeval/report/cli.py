@@ -25,9 +25,9 @@ from typing import NoReturn
 
 from simeval.records import ResultsFileError
 from simeval.report.comparison import CompareError, compare, json_rows
-from simeval.report.curves import plot, table
+from simeval.report.curves import failures, plot, table
 from simeval.report.html import write_html
-from simeval.report.runs import labels, merge_looks, read_results
+from simeval.report.runs import labels, merge_looks, read_failures, read_results
 from simeval.report.text import print_text
 
 PROG = "python -m simeval.report compare"
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     run_names, reference_names = named[: len(args.runs)], named[len(args.runs) :]
     try:
         runs = {label: merge_looks(read_results(d)) for label, d in zip(run_names, args.runs, strict=True)}
+        failed = {label: read_failures(d) for label, d in zip(run_names, args.runs, strict=True)}
         references = {}
         for label, d in zip(reference_names, args.reference, strict=True):
             rows = merge_looks(read_results(d))
@@ -161,7 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, ValueError) as exc:
         print(f"simeval-report: error: {exc}", file=sys.stderr)
         return 2
+    listed = failures(failed, dict(zip(run_names, args.runs, strict=True)))
+    if listed and not any(runs.values()):
+        # Nothing but failures: no table, no plot, and an exit code a script sees.
+        print("\n".join(listed))
+        print(f"simeval-report: error: every evaluation in {', '.join(args.runs)} failed (listed above).")
+        return 1
     print(table({**runs, **references}))
+    if listed:
+        print("\n" + "\n".join(listed))
     last = {label: rows[-1] for label, rows in references.items()}
     path = plot(runs, args.output or os.path.join(args.runs[0], "eval_curve.png"), last)
     print(f"plot: {path}")
@@ -169,5 +178,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_exit() -> None:
-    """Console-script entry point (``simeval-report``)."""
-    sys.exit(main())
+    """Console-script entry point (``simeval-report``, ``python -m simeval.report``).
+
+    A reader that closes the pipe early (``report compare --json | head``) ends the
+    command quietly, as ``SIGPIPE`` would: no traceback, exit status 141 (128 + SIGPIPE).
+    """
+    try:
+        code = main()
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at devnull so that flush cannot fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(141)
+    sys.exit(code)

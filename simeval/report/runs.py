@@ -48,6 +48,49 @@ def read_results(out_dir: str) -> list[dict]:
     return sorted(rows, key=lambda r: r["step"])
 
 
+def read_failures(out_dir: str) -> list[dict]:
+    """The failed lines of ``out_dir``'s results.jsonl that still stand, in file order.
+
+    A failed line stands unless an ok line written after it evaluates the same thing: the
+    same ``checkpoint_name`` and, where the failed line names them, the same ``task`` and
+    ``condition`` (a checkpoint that could not be read fails without a cell; an adaptive
+    cell's later looks are ok lines of their own). Of several failed lines of one
+    evaluation, the newest is kept. A failed line without ``checkpoint_name`` stands.
+
+    Raises:
+        FileNotFoundError: there is no results.jsonl.
+        ResultsFileError: as :func:`read_results`.
+    """
+    path = os.path.join(out_dir, "results.jsonl")
+    if not os.path.lexists(path):
+        raise FileNotFoundError(f"{out_dir}: no results.jsonl (is it a simeval.launch --out directory?)")
+    records = list(read_records(path))
+    ok_after: list[tuple[int, Mapping[str, Any]]] = [
+        (k, r) for k, r in enumerate(records) if r.get("status") == "ok" and "checkpoint_name" in r
+    ]
+
+    def redone(k: int, failed: Mapping[str, Any]) -> bool:
+        return any(
+            j > k
+            and r["checkpoint_name"] == failed["checkpoint_name"]
+            and all(failed.get(f) is None or r.get(f) == failed.get(f) for f in ("task", "condition"))
+            for j, r in ok_after
+        )
+
+    newest: dict[object, dict] = {}
+    for k, r in enumerate(records):
+        if r.get("status") != "failed":
+            continue
+        if "checkpoint_name" not in r:
+            newest[k] = dict(r)
+            continue
+        key = (r["checkpoint_name"], r.get("task"), r.get("condition"))
+        newest.pop(key, None)  # the newest failed line of an evaluation, where it was written
+        if not redone(k, r):
+            newest[key] = dict(r)
+    return list(newest.values())
+
+
 def newest_lines(records: Iterable[dict]) -> list[dict]:
     """The last line of each (checkpoint name, task, condition, look), in file order; a line without a name is kept."""
     newest: dict[object, tuple[int, dict]] = {}
