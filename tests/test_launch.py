@@ -172,7 +172,7 @@ def test_unknown_flags_without_init_fn_are_an_error(checkpoints, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("--env", "Hopper-v5", "--checkpoint", "CKPT"), "trained on HalfCheetah-v5, but --env is Hopper-v5"),
+        (("--env", "Hopper-v5", "--checkpoint", "CKPT"), "do not fit the eval module: shape mismatch"),
         (("--env", "NoSuchEnv-v0", "--watch", "DIR"), "unknown env 'NoSuchEnv-v0'"),
         (("--backend", "gpu", "--checkpoint", "CKPT"), "unknown backend 'gpu'"),
         (("--checkpoint", "CKPT", "--watch", "DIR"), "give one source of weights, not --checkpoint and --watch"),
@@ -191,6 +191,21 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, checkpoints, tmp_p
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("simeval-launch: error:") and message in lines[-1], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_another_task_of_the_same_shapes_is_evaluated_with_a_warning_naming_both(checkpoints, tmp_path):
+    """A HalfCheetah policy on --env Walker2d-v5 (17 observations, 6 actions both) ran without a word."""
+    from simeval.launch.plan import same_task
+
+    proc = cli("--checkpoint", checkpoints[0], "--env", "Walker2d-v5", "--out", str(tmp_path / "w"), *SMALL[2:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {checkpoints[0]} was trained on HalfCheetah-v5; evaluating it on --env Walker2d-v5 as asked "
+        "(its numbers are about another task)."
+    ]
+    assert same_task("isaaclab:Isaac-Velocity-Flat-Anymal-D-v0", "isaaclab:Isaac-Velocity-Flat-Anymal-D-Play-v0")
+    assert not same_task("HalfCheetah-v5", "Walker2d-v5")
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -6,6 +6,8 @@ statistics are used; :mod:`simeval.launch.build` turns it into an Evaluator.
 
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,28 @@ class EvalPlan:
         return f"{self.env} with {self.policy_factory}({self.policy_kwargs or ''})"
 
 
+_WARNED: set[tuple[str, str]] = set()
+_PLAY = re.compile(r"-Play(?=-v\d+$)")  # Isaac Lab's evaluation variant of a task: Isaac-...-Play-v0
+
+
+def same_task(a: str, b: str) -> bool:
+    """Whether env ids ``a`` and ``b`` name one task: equal, or one the other's ``-Play`` variant (Isaac Lab)."""
+    return _PLAY.sub("", a) == _PLAY.sub("", b)
+
+
+def _warn_other_task(trained: str, asked: str, path: str) -> None:
+    """One warning per (trained, asked) pair of a run when ``--env`` names another task than the checkpoint's."""
+    if same_task(trained, asked) or (trained, asked) in _WARNED:
+        return
+    _WARNED.add((trained, asked))
+    print(
+        f"warning: {path} was trained on {trained}; evaluating it on --env {asked} as asked "
+        "(its numbers are about another task).",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None) -> EvalPlan:
     """The plan for checkpoint ``ck`` (or, for --serve, for the config alone)."""
     env = cfg.env
@@ -50,8 +74,9 @@ def plan_for(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None = None
         )
     if ck is not None and ck.env:
         if "env" in explicit and ck.env != cfg.env:
-            raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {cfg.env}.")
-        env = ck.env
+            _warn_other_task(ck.env, cfg.env, ck.path)
+        else:
+            env = ck.env
     factory = cfg.policy or (ck.policy_factory if ck is not None else None) or DEFAULT_FACTORY
     from_file = ck is not None and not cfg.policy and bool(ck.policy_factory)
     if from_file and not is_registered(factory):
