@@ -208,6 +208,17 @@ def test_another_task_of_the_same_shapes_is_evaluated_with_a_warning_naming_both
     assert not same_task("HalfCheetah-v5", "Walker2d-v5")
 
 
+def test_a_python_without_simevals_dependencies_is_told_which_python_to_use(tmp_path):
+    """The system Python after `make demo` said only "No module named 'torchrl'"."""
+    bare = subprocess.run(  # -S: no site-packages, as a Python that simeval was never installed into
+        [sys.executable, "-S", "-m", "simeval.launch", "--checkpoint", "x.pt", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert bare.returncode == 2
+    (line,) = bare.stderr.strip().splitlines()
+    assert line.startswith("simeval-launch: error: No module named") and ".venv/bin/python -m simeval.launch" in line
+
+
 def test_debug_shows_the_traceback(tmp_path):
     proc = cli("--checkpoint", "/nonexistent/ckpt.pt", "--out", str(tmp_path), "--debug")
     assert proc.returncode == 2 and "Traceback" in proc.stderr

@@ -37,6 +37,20 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# simeval's own dependencies: missing one means this Python is not the one simeval was installed into.
+_CORE = ("torch", "tensordict", "torchrl", "numpy", "scipy", "gymnasium", "mujoco", "yaml")
+
+
+def _install_hint(exc: BaseException) -> str:
+    """What to run where a core dependency is missing from this interpreter (the system Python after make demo)."""
+    if not isinstance(exc, ModuleNotFoundError) or (exc.name or "").split(".")[0] not in _CORE:
+        return ""
+    return (
+        f" ({sys.executable} does not have simeval's dependencies: after `make demo`, run "
+        "`.venv/bin/python -m simeval.launch ...` or `source .venv/bin/activate` first; elsewhere `pip install -e .`)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the launcher on the command line ``argv`` (default: ``sys.argv[1:]``); the exit code (2 on bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -71,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         if debug:
             traceback.print_exc()
-        print(f"simeval-launch: error: {_one_line(exc)}", file=sys.stderr, flush=True)
+        print(f"simeval-launch: error: {_one_line(exc)}{_install_hint(exc)}", file=sys.stderr, flush=True)
         return 2
 
 
