@@ -220,6 +220,10 @@ def test_bad_input_is_one_line_and_exit_2(exported, tmp_path):
     torch.save(data, no_env)
     _one_line_error(_run("simeval.export", no_env, "--to", "torchscript"), no_env, "--env")
     assert not os.path.exists(tmp_path / "exported")  # nothing written for bad input
+    # A TorchScript export given to the launcher: said what it is (it was "not a readable checkpoint"), never run.
+    proc = _run("simeval.launch", "--checkpoint", exported["ts"], "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "a TorchScript export (torch.jit.save), not a checkpoint" in proc.stderr
 
 
 class _Marker:

@@ -35,7 +35,13 @@ def _refusal(path: str, exc: BaseException | None, head: bytes, source: str | by
     file's path or bytes, looked at only to tell a damaged archive)."""
     if not head:
         return CheckpointError(f"{path}: empty file (0 bytes): a checkpoint that was never written.")
-    damaged = b"PK\x03\x04".startswith(head[:4]) and _zip_names(source) is None
+    names = _zip_names(source) if b"PK\x03\x04".startswith(head[:4]) else None
+    damaged = b"PK\x03\x04".startswith(head[:4]) and names is None
+    if names and any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
+        return CheckpointError(
+            f"{path}: a TorchScript export (torch.jit.save), not a checkpoint: simeval never runs TorchScript code "
+            "from a file; evaluate the checkpoint it was exported from, or its ONNX export (python -m simeval.export)."
+        )
     if damaged or isinstance(exc, EOFError):
         # torch's files are zip archives: a cut or damaged one fails in its zip reader, or ends early.
         return _truncated(path)
