@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.simeval-installed
+# make demo needs simeval alone (a CPU torch): no test, library, Warp, docs or oracle extras.
+DEMO_STAMP := $(VENV)/.simeval-demo-installed
 # Isaac Lab 3.0 needs Python 3.12: its own venv, beside the 3.11 one (make isaaclab).
 ISAAC_VENV  ?= .venv-isaaclab
 ISAAC_PY    := $(ISAAC_VENV)/bin/python
@@ -83,7 +85,19 @@ $(MANISKILL_STAMP): pyproject.toml constraints-maniskill.txt tools/install-vulka
 
 maniskill: $(MANISKILL_STAMP)
 
-demo: $(STAMP)
+# After make test's full install it costs nothing more; on a fresh machine it installs the core alone.
+$(DEMO_STAMP): pyproject.toml constraints-ci.txt
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt constraints-ci.txt ]; then \
+		touch $@; \
+	else \
+		$(PYTHON) -m venv $(VENV) && \
+		$(PY) -m pip install --quiet --upgrade pip && \
+		$(PY) -m pip install --quiet -c constraints-ci.txt torch && \
+		$(PY) -m pip install --quiet -c constraints-ci.txt -e . && \
+		touch $@; \
+	fi
+
+demo: $(DEMO_STAMP)
 	$(PY) -m simeval.demo
 
 # Two lanes at a time (make -j2), after the core venv is built (once, before either starts). Lane one: lint,
