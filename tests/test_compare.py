@@ -985,7 +985,8 @@ _PROBE = """<script>
 window.addEventListener("load", () => {
   const out = document.createElement("pre");
   out.id = "probe";
-  out.textContent = JSON.stringify([...document.images].map(i => [i.id, i.complete, i.naturalWidth]));
+  const page = document.body.clientWidth - 2 * parseFloat(getComputedStyle(document.body).paddingLeft);
+  out.textContent = JSON.stringify([...document.images].map(i => [i.id, i.complete, i.naturalWidth, i.width, page]));
   document.body.appendChild(out);
 });
 </script>"""
@@ -998,6 +999,7 @@ def _chromium_dom(page: str, profile: str) -> str:
         "--headless=new",
         "--no-sandbox",
         "--disable-gpu",
+        "--window-size=1400,1000",  # wider than the figures' old third of the page
         f"--user-data-dir={profile}",
         "--host-resolver-rules=MAP * ~NOTFOUND",
         "--run-all-compositor-stages-before-draw",
@@ -1051,7 +1053,10 @@ def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, oracle, 
     dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
     images = json.loads(dom.probe)
     assert [i[0] for i in images] == ["curves", "sensitivity", "profile"]
-    assert all(complete and width > 0 for _id, complete, width in images), images
+    assert all(complete and width > 0 for _id, complete, width, *_ in images), images
+    # Each figure spans the page's width (the body's content box), whatever its number of panels.
+    assert all(abs(shown - page) <= 2 for _id, _complete, _width, shown, page in images), images
+    assert "Over all 3 cells, B - A" in text
     titles = list(text_out.columns(compare.compare(run_dirs.read_results(a), run_dirs.read_results(b), a, b)))
     cells = {(r[0], r[1]): dict(zip(titles, r, strict=True)) for r in dom.rows if len(r) == len(titles)}
     for cell, verdict in EXPECTED.items():
@@ -1061,6 +1066,25 @@ def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, oracle, 
     aggregate = oracle[("*", "*")]["verdict"]
     assert cells[("*", "*")]["verdict"] == aggregate
     assert sorted(dom.classes) == sorted(f"verdict {v}" for v in [*EXPECTED.values(), aggregate])
+
+
+def test_runs_of_one_step_and_one_cell_get_a_sentence_for_curves_and_the_singular(tmp_path):
+    """Each run evaluated at one step: no training-curves figure of two lone dots but a sentence saying so; one shared
+    cell: "the 1 cell", not "all 1 cells"."""
+    x = np.random.default_rng(6).normal(100, 10, 16)
+    a = _write(tmp_path / "a", [_line(*CELLS[0], 1000, x)])
+    b = _write(tmp_path / "b", [_line(*CELLS[0], 1000, x + 5.0)])
+    page = tmp_path / "compare.html"
+    proc = _cli("compare", a, b, "--html", str(page))
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert 'id="curves"' not in text and 'id="no-curves"' in text
+    assert "Each run was evaluated at one training step: no training curves to draw" in text
+    assert "Over the 1 cell, B - A" in text and "all 1 cells" not in text
+    assert len(re.findall(r'<img id="', text)) == 2  # sensitivity and profile
+    c = _write(tmp_path / "c", [_line(*CELLS[0], 1000, x), _line(*CELLS[0], 2000, x + 1.0)])
+    assert _cli("compare", c, b, "--html", str(page)).returncode == 0
+    assert 'id="curves"' in page.read_text()  # one run with two steps: curves drawn
 
 
 def test_names_that_look_like_math_are_drawn_as_written(tmp_path):

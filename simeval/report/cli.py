@@ -6,6 +6,9 @@ looks of a checkpoint are one row: :func:`simeval.report.runs.merge_looks`). ``-
 DIR`` draws a run's last evaluation as a horizontal line with its band across the plot
 (a baseline: an untrained policy, another method). Each directory is labelled by the
 fewest trailing path parts that tell it from the others (``seed0/out``, ``seed1/out``).
+A suite's run gets task and condition columns and a curve per cell; failed evaluations
+are listed below the table (:func:`simeval.report.curves.failures`), and a report of
+nothing but failures exits 1.
 
 ``compare RUN_A RUN_B`` compares two runs cell by cell instead
 (:mod:`simeval.report.comparison`: a table, ``--json``, ``--html FILE``); a run

@@ -79,12 +79,16 @@ def _pyplot() -> Any:
     return plt
 
 
-def _grid(n: int, width: float = 5.0, height: float = 3.4) -> tuple[Any, list[Any]]:
-    """A figure of ``n`` panels, up to 3 a row; the unused panels hidden."""
+# A figure's width in inches (at 100 dpi, the page's width): the page shows it across its width.
+PAGE_WIDTH = 13.0
+
+
+def _grid(n: int, height: float = 3.6) -> tuple[Any, list[Any]]:
+    """A figure of ``n`` panels, up to 3 a row, as wide as the page whatever ``n``; the unused panels hidden."""
     plt = _pyplot()
     ncols = min(3, max(n, 1))
     nrows = math.ceil(max(n, 1) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PAGE_WIDTH, height * nrows + 0.4), squeeze=False)
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -96,6 +100,16 @@ def _step_format(x: float, _pos: int = 0) -> str:
     if abs(x) >= 1e6:
         return f"{x / 1e6:g}M"
     return f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
+
+
+def cells_phrase(n: int) -> str:
+    """``the 1 cell``, ``all 3 cells``: how the aggregate's sentence names the cells."""
+    return "the 1 cell" if n == 1 else f"all {n} cells"
+
+
+def has_curves(comparison: Comparison) -> bool:
+    """Whether either run was evaluated at more than one training step (else no curve has two points)."""
+    return any(len({int(r["step"]) for r in rows}) > 1 for rows in (comparison.rows_a, comparison.rows_b))
 
 
 @_plain
@@ -142,7 +156,7 @@ def sensitivity_png(comparison: Comparison) -> str:
     tasks: dict[str, list[CellResult]] = {}
     for cell in comparison.cells:
         tasks.setdefault(cell.task, []).append(cell)
-    fig, axes = _grid(len(tasks), width=4.6, height=3.2)
+    fig, axes = _grid(len(tasks), height=3.4)
     for ax, (task, cells) in zip(axes, tasks.items(), strict=True):
         for x, cell in enumerate(cells):
             d = cell.paired.diff
@@ -179,7 +193,7 @@ def profile_png(comparison: Comparison) -> str | None:
     low, high = float(np.min(values)), float(np.max(values))
     taus = np.linspace(min(low, 0.0), max(high, 1.0), 201)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 4.8))
     for k, (label, s) in enumerate(((comparison.label_a, scores_a), (comparison.label_b, scores_b))):
         profile = stats.performance_profile_ci(s, taus, confidence=0.95)
         ax.plot(taus, profile.value, color=f"C{k}", label=f"{'AB'[k]}: {label}")
@@ -205,7 +219,7 @@ td.verdict { font-weight: 600; color: #fff; text-align: center; }
 td.better { background: #1a7f37; } td.worse { background: #cf222e; } td.inconclusive { background: #8c959f; }
 td.equivalent { background: #0969da; } td.verdict:empty { background: none; }
 p.note, ul.note { color: #57606a; font-size: 0.9em; }
-img { max-width: 100%; height: auto; }
+img { width: 100%; height: auto; }
 code { background: #f6f8fa; padding: 0.1em 0.3em; }
 """
 
@@ -232,16 +246,24 @@ def html_page(comparison: Comparison) -> str:
     g = c.aggregate
     d = interval_digits(g.diff.value, g.diff.low, g.diff.high, g.mean_a, g.mean_b)
     summary = (
-        f"Over all {len(c.cells)} cells, B - A = {with_ci(g.diff.value, g.diff.low, g.diff.high, d)} "
+        f"Over {cells_phrase(len(c.cells))}, B - A = {with_ci(g.diff.value, g.diff.low, g.diff.high, d)} "
         f"(A {g.mean_a:.{d}f}, B {g.mean_b:.{d}f}): "
     )
     summary = esc(summary) + f'<strong class="aggregate-verdict">{esc(g.verdict)}</strong>.'
     summary += f'</p>\n<p class="note">{esc(aggregate_line(c))}.'
     profile = profile_png(c)
-    sections = [
-        "<h2>Training curves</h2>",
-        '<p class="note">Mean return against training step, with its CI band; each task\'s first condition.</p>',
-        f'<img id="curves" alt="training curves" src="{curves_png(c)}">',
+    sections = ["<h2>Training curves</h2>"]
+    if has_curves(c):
+        sections += [
+            '<p class="note">Mean return against training step, with its CI band; each task\'s first condition.</p>',
+            f'<img id="curves" alt="training curves" src="{curves_png(c)}">',
+        ]
+    else:
+        sections.append(
+            '<p class="note" id="no-curves">Each run was evaluated at one training step: no training curves to '
+            "draw (the table below compares those steps).</p>"
+        )
+    sections += [
         "<h2>Per cell</h2>",
         f'<table id="cells"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>',
         f'<ul class="note">{notes}</ul>',
