@@ -88,7 +88,7 @@ class Nominal:
 
     def finished(self, ck: Checkpoint, name: str, result: dict, record: dict) -> str:
         """The terminal table of the evaluation."""
-        return summary(result, ck)
+        return summary(result, ck, record.get("wall_time"))
 
 
 def nominal(ck: Checkpoint, name: str) -> list[Nominal]:
@@ -96,10 +96,25 @@ def nominal(ck: Checkpoint, name: str) -> list[Nominal]:
     return [Nominal()]
 
 
-def summary(result: dict, ck: Checkpoint) -> str:
-    """The terminal table of one evaluation."""
+def summary(result: dict, ck: Checkpoint, wall_time: float | None = None) -> str:
+    """The terminal table of one evaluation (``wall_time``: its seconds, shown when given).
+
+    Counts (``num_episodes``) are integers, a mean episode length is shown as an integer when it is one,
+    ``fps`` as a whole rate, the rest with two decimals.
+    """
     keys = ("reward", "reward_ci_low", "reward_ci_high", "reward_std", "episode_length", "num_episodes", "fps")
     keys += ("success_rate",)  # only when info_keys or the env's log entries give one
     rows = [f"{'checkpoint':<16}{os.path.basename(ck.path)} (step {ck.step})"]
-    rows += [f"{k:<16}{float(result[f'eval/{k}']):.2f}" for k in keys if result.get(f"eval/{k}") is not None]
+    rows += [f"{k:<16}{_shown(k, float(result[f'eval/{k}']))}" for k in keys if result.get(f"eval/{k}") is not None]
+    if wall_time is not None:
+        rows.append(f"{'wall_time':<16}{wall_time:.1f} s")
     return "\n".join(rows)
+
+
+def _shown(key: str, value: float) -> str:
+    """One value of the terminal table: integers as integers."""
+    if key == "num_episodes" or (key == "episode_length" and value.is_integer()):
+        return str(int(value))
+    if key == "fps":
+        return f"{value:.0f}"
+    return f"{value:.2f}"

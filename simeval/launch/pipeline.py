@@ -40,6 +40,7 @@ from simeval.launch.lines import failed_line, ok_line
 from simeval.launch.results import failures_line, resume_from
 from simeval.launch.session import PlanBusy, error_kind
 from simeval.launch.sources import Unreadable, checkpoint_name
+from simeval.launch.summary import RunSummary
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -97,6 +98,7 @@ class Pipeline:
         self.running: dict[int, Job] = {}
         self.held: list[dict] = []  # recorded, not yet given to the logger
         self.closed = False  # --until-step reached: take no more checkpoints
+        self.summary = RunSummary()  # printed when the run ends
 
     def run(self, source: CheckpointSource) -> int:
         """Evaluate every job of every checkpoint ``source`` gives, until it is done, ``--until-step`` or a signal.
@@ -117,11 +119,13 @@ class Pipeline:
                 if not self.running and not self.jobs and (self.closed or source.done):
                     if self.closed:
                         print(f"reached --until-step {self.cfg.until_step}; done.", flush=True)
+                    print(self.summary.render(retry=self.spec.keep_going), flush=True)
                     return 0
                 wait = _TICK_S if self.running or self.jobs or not next_scan else next_scan - time.monotonic()
                 stop.wait(max(0.01, wait))
             where = f"{len(self.running)} running {self.spec.noun} abandoned, " if self.running else ""
             print(f"stopped by signal; {where}nothing partial written; results so far are in {self.log.path}")
+            print(self.summary.render(retry=self.spec.keep_going), flush=True)
             return 0
         finally:
             self._publish(everything=True)
@@ -213,6 +217,7 @@ class Pipeline:
             self.log.append(record, publish=False)
             self.held.append(record)
             self.spec.done.add(job.key)
+            self.summary.ok(job.cell.label(job.name), record)
             print(job.cell.finished(job.ck, job.name, result, record), flush=True)
         return freed
 
@@ -231,12 +236,15 @@ class Pipeline:
                 raise exc
             raise CheckpointError(f"{job.ck.path}: {message}") from exc  # the one line names the file
         print(f"{job.cell.label(job.name)} failed: {message}", flush=True)
+        wall = time.monotonic() - job.started if job.started else None
+        self.summary.failed(job.cell.label(job.name), message, wall)
         self.log.append(failed_line(self.cfg, job.ck.path, message, job.ck.step, error_kind(exc), job.cell.context()))
         self.spec.done.add(job.key)
 
     def _unreadable(self, ck: Unreadable) -> None:
         name = checkpoint_name(ck.path, self.cfg.watch)
         print(f"checkpoint {name} failed: {ck.error}", flush=True)
+        self.summary.failed(f"checkpoint {name}", ck.error)
         self.log.append(failed_line(self.cfg, ck.path, ck.error, ck.step, "checkpoint", self.spec.scope))
 
 
