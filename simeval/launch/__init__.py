@@ -38,7 +38,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 # simeval's own dependencies: missing one means this Python is not the one simeval was installed into.
-_CORE = ("torch", "tensordict", "torchrl", "numpy", "scipy", "gymnasium", "mujoco", "yaml")
+_CORE = ("torch", "tensordict", "torchrl", "numpy", "scipy", "gymnasium", "yaml")
 
 
 def _install_hint(exc: BaseException) -> str:
