@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
+import signal
 import time
 
-from launch_helpers import cli, write_checkpoints
+import pytest
+from launch_helpers import cli, popen_cli, write_checkpoints
 
 from simeval.launch.cells import summary
 from simeval.launch.summary import RunSummary, retry_command
@@ -66,3 +69,147 @@ def test_the_summary_table_and_the_retry_command():
     assert text[4:6] == ["failed:", "  b: boom"]
     assert retry_command(["--watch", "d d"]) == "python -m simeval.launch --watch 'd d' --retry-failed"
     assert RunSummary().render() == "summary: nothing evaluated in this run"
+
+
+# -- on_progress: the worker's counts reach the caller on every backend ---------------------------------------------
+
+
+def _env_fn(num_envs=2):
+    from simeval.envs import make_env
+
+    return make_env("HalfCheetah-v5", num_envs=num_envs, seed=0, obs_norm=False)
+
+
+def _policy(env):
+    import torch
+
+    from simeval.policies import gaussian_actor
+
+    torch.manual_seed(0)
+    return gaussian_actor(env, hidden=(16,))
+
+
+def _check_progress(seen, total, step):
+    assert seen, "on_progress was never called"
+    assert seen[-1].done and seen[-1].episodes == seen[-1].total == total and seen[-1].step == step
+    assert all(not p.done for p in seen[:-1])
+    episodes = [p.episodes for p in seen]
+    steps = [p.env_steps for p in seen]
+    assert episodes == sorted(episodes) and steps == sorted(steps)
+    assert all(p.total == total for p in seen)
+    assert len(seen) >= 2, seen  # at least one report while the round ran
+    assert seen[-1].env_steps >= max(steps[:-1])
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_on_progress_sees_increasing_counts_ending_at_the_total(backend):
+    from simeval import Evaluator
+
+    seen = []
+    ev = Evaluator(
+        _env_fn,
+        policy_factory=_policy,
+        num_trajectories=12,
+        max_steps=300,
+        backend=backend,
+        on_progress=seen.append,
+    )
+    try:
+        result = ev.evaluate(step=7)
+        time.sleep(0.2)  # the last call runs on the watcher's thread
+        _check_progress(seen, 12, 7)
+        assert int(result["eval/num_episodes"]) == 12
+    finally:
+        ev.shutdown()
+    ev = Evaluator(  # the same round without progress: the same numbers
+        _env_fn,
+        policy_factory=_policy,
+        num_trajectories=12,
+        max_steps=300,
+        backend=backend,
+    )
+    try:
+        again = ev.evaluate(step=7)
+    finally:
+        ev.shutdown()
+    assert float(again["eval/reward"]) == float(result["eval/reward"])
+
+
+@pytest.mark.ray
+def test_on_progress_on_a_sharded_ray_round(ray_cluster):
+    from simeval import Evaluator
+
+    seen = []
+    ev = Evaluator(
+        _env_fn,
+        policy_factory=_policy,
+        num_trajectories=12,
+        max_steps=300,
+        backend="ray",
+        num_gpus=0,
+        num_workers=2,
+        on_progress=seen.append,
+    )
+    try:
+        ev.evaluate(step=3)
+        time.sleep(0.2)
+    finally:
+        ev.shutdown()
+    _check_progress(seen, 12, 3)
+
+
+# -- the launcher's progress lines ----------------------------------------------------------------------------------
+
+
+def test_a_launcher_run_off_a_terminal_prints_plain_progress_lines(tmp_path):
+    (path,) = write_checkpoints(str(tmp_path / "ckpt"), steps=(1000,))
+    proc = cli(
+        "--checkpoint", path, "--out", str(tmp_path / "out"), "--episodes", "8", "--num-envs", "2",
+        "--max-steps", "400", env={"SIMEVAL_PROGRESS_INTERVAL_S": "0.5"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("checkpoint step_0001000.pt: ")]
+    assert lines, proc.stdout
+    first = lines[0]
+    assert "/8 episodes" in first and "env-steps/s" in first and "run: 0/1 evaluations done" in first
+    assert "\x1b[" not in proc.stdout  # no terminal control codes in a log
+    assert proc.stdout.splitlines()[-3] == "summary: 1 evaluation(s), 0 failed"
+
+
+def test_a_watch_on_an_empty_directory_says_it_waits_once_per_interval_not_per_poll(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    proc = popen_cli("--watch", str(ckpt), "--out", str(tmp_path / "out"), "--poll-interval", "0.1")
+    try:
+        deadline = time.time() + 60
+        out = ""
+        while "waiting for checkpoints" not in out and time.time() < deadline:
+            out += proc.stdout.readline()
+        time.sleep(3)  # some 30 polls
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out + rest
+    assert text.count(f"waiting for checkpoints in {ckpt} (0 seen)") == 1, text
+    assert "summary: nothing evaluated in this run" in text
+
+
+def test_the_board_shows_counts_without_eta_where_the_total_is_unknown():
+    from simeval.caller.progress import Progress
+    from simeval.launch.progress import ProgressBoard, describe
+
+    assert (
+        describe("a", Progress(1, 4, None, 1000, 2.0))
+        == "a: 4 episodes, 1,000 env-steps, 500 env-steps/s, 0:02 elapsed"
+    )
+    assert describe("a", Progress(1, 4, 8, 1000, 2.0)).endswith("0:02 elapsed, ETA 0:02")
+    stream = io.StringIO()
+    board = ProgressBoard(stream, live=False, interval=0.0)
+    report = board.callback(0, "b")
+    report(Progress(1, 2, 4, 10, 1.0))
+    report(Progress(1, 4, 4, 20, 2.0, done=True))  # the end: the result block says it
+    board.finished(0)
+    assert stream.getvalue().splitlines() == ["b: 2/4 episodes, 10 env-steps, 10 env-steps/s, 0:01 elapsed, ETA 0:01"]
+    assert board.run_done == 1

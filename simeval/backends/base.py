@@ -51,6 +51,7 @@ class BackendOptions:
     num_workers: int = 1  # Ray: workers a round is split over
     max_restarts: int = 3  # Ray: re-runs of a shard whose worker died, per round
     info: Mapping[str, Any] | None = None  # front-end settings a connect() handle reads back
+    progress: bool = False  # a caller reads progress (on_progress): Ray starts its progress sink
 
 
 class Backend(abc.ABC):
@@ -115,6 +116,18 @@ class Backend(abc.ABC):
                 return False
             self._replace_worker(error)
         return complete(future, exc=error)
+
+    def progress(self) -> tuple[int, int, int] | None:
+        """``(episodes done, episodes total, env steps)`` of the running round as its worker(s) last reported it.
+
+        None when no round runs, or none reported yet (or the backend has no progress channel). Cheap: it reads
+        what the worker already sent or counted, never waits on it.
+        """
+        return None
+
+    def want_progress(self) -> None:
+        """Make :meth:`progress` report from the next round on, where the backend needs to prepare for it."""
+        return  # the thread and process backends always report
 
     @abc.abstractmethod
     def _start(

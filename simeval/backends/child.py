@@ -7,7 +7,9 @@ Lab's AppLauncher) must run before that. :class:`~simeval.backends.host.WorkerHo
 does the start-up in that order; this module only speaks the socket protocol:
 
 parent -> child: ``("init", setup)``, then ``("eval", step, weights, overrides)`` or ``("close",)``
-child -> parent: ``("ready",)`` or ``("fatal", message, traceback)``, then one reply per eval.
+child -> parent: ``("ready",)`` or ``("fatal", message, traceback)``, then one reply per eval, preceded
+by ``("progress", (episodes, total, env_steps))`` messages while the round runs (at most every
+:data:`PROGRESS_S` seconds, only when the counts changed).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from __future__ import annotations
 import sys
 from multiprocessing.connection import Connection
 
-from simeval.backends.host import WorkerHost
+from simeval.backends.host import Reporting, WorkerHost
 from simeval.backends.shm import SharedReader
+
+PROGRESS_S = 0.5
+"""How often a running round's counts are sent to the parent, at most."""
 
 
 def serve(conn: Connection) -> None:
@@ -41,7 +46,9 @@ def serve(conn: Connection) -> None:
             if msg[0] == "close":
                 break
             _, step, described, overrides = msg
-            conn.send(host.run(step, reader.read(described), overrides))
+            with Reporting(host, conn.send, PROGRESS_S):
+                reply = host.run(step, reader.read(described), overrides)
+            conn.send(reply)
     finally:
         reader.close()
         host.close()

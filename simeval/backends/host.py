@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from simeval.backends.base import WorkerRecipe
@@ -103,3 +105,38 @@ class WorkerHost:
         """Close the worker, if one was built."""
         if self.worker is not None:
             self.worker.close()
+
+
+class Reporting:
+    """While a round runs (the ``with`` block), a thread sends ``("progress", counts)`` through ``send``.
+
+    ``counts`` is the host's worker's ``(episodes, total, env_steps)``
+    (:class:`~simeval.worker.rollout.RoundCounter`), sent every ``interval`` seconds when it changed. The
+    thread has stopped when the block ends, so every progress message of a round is sent before its reply.
+    A failing ``send`` ends the reporting, never the round.
+    """
+
+    def __init__(self, host: WorkerHost, send: Callable[[tuple], Any], interval: float) -> None:
+        self.host, self.send, self.interval = host, send, interval
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._report, name="simeval-progress", daemon=True)
+
+    def __enter__(self) -> None:
+        if self.host.worker is not None:
+            self.thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _report(self) -> None:
+        counter, last = self.host.worker.counter, None
+        while not self.done.wait(self.interval):
+            now = counter.snapshot()
+            if now is not None and now != last:
+                try:
+                    self.send(("progress", now))
+                except Exception:  # noqa: BLE001 - progress is best effort: the round goes on
+                    return
+                last = now

@@ -50,6 +50,7 @@ class _Child:
         self.fatal_reported = False
         self.ended = False
         self.closing = False
+        self.progress: tuple[int, int, int] | None = None  # the running round's last ("progress", ...) message
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, name="simeval-process-reader", daemon=True)
         self.reader.start()
@@ -87,6 +88,8 @@ class _Child:
                 self._finish(exc=EvalError(f"process eval worker failed: {msg[1]}", msg[2]))
             elif kind == "result":
                 self._finish(result=msg[1])
+            elif kind == "progress":
+                self.progress = msg[1]
         code = self.proc.wait()
         with contextlib.suppress(Exception):
             self.conn.close()
@@ -99,6 +102,7 @@ class _Child:
     def _finish(self, result: Any = None, exc: EvalError | None = None, last: bool = False) -> None:
         with self.lock:
             future, self.future = self.future, None
+            self.progress = None
             if last:
                 self.ended = True
             if future is not None and exc is not None and exc is self.fatal:
@@ -111,6 +115,7 @@ class _Child:
             ended = self.ended
             if not ended:
                 self.future = future
+                self.progress = None
         if ended:
             complete(future, exc=self.fatal or WorkerLost("process eval worker died before the request reached it."))
             return
@@ -184,6 +189,10 @@ class ProcessBackend(Backend):
             child = self._child
         described = self._staging.write(weights) if weights else None
         child.send(("eval", step, described, overrides), future)
+
+    def progress(self) -> tuple[int, int, int] | None:
+        """The running round's counts, as the child last sent them (about twice a second)."""
+        return self._child.progress
 
     def _replace_worker(self, error: EvalError) -> None:
         """Kill the child running a timed-out round and start a fresh one for the next request."""

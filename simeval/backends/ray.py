@@ -22,6 +22,7 @@ process with :func:`simeval.connect`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -60,6 +61,8 @@ class _RoundControl:
     """One round's fate as others decide it: ``failed`` (set under the backend's lock) ends the round."""
 
     failed: EvalError | None = None  # its timeout: the round's thread stops and touches no slot again
+    token: int = 0  # the key its workers report progress under
+    total: int | None = None  # its episodes, once its shards are planned
 
 
 @dataclass(eq=False)
@@ -100,8 +103,12 @@ class RayBackend(Backend):
         results: tuple[str, str, dict] | None = None,
         actor: ActorHandle | None = None,
         kill_on_shutdown: bool | None = None,
+        progress: bool = False,
     ) -> None:
         super().__init__()
+        self._progress = progress  # start a ProgressSink with the first round: the workers report to it
+        self._sink: ActorHandle | None = None
+        self._tokens = 0
         self._ray = ensure_ray()
         self._shards = shards
         self._num_gpus = num_gpus
@@ -163,6 +170,7 @@ class RayBackend(Backend):
             max_restarts=options.max_restarts,
             info_keys=recipe.settings.info_keys,
             results=results,
+            progress=options.progress,
         )
 
     @classmethod
@@ -196,7 +204,8 @@ class RayBackend(Backend):
 
             # One copy to CPU (training keeps changing its tensors); Ray ships it from there.
             payload = {k: as_weights(v).apply(lambda t: t.detach().to("cpu", copy=True)) for k, v in weights.items()}
-        self._running = ctl = _RoundControl()
+        self._tokens += 1
+        self._running = ctl = _RoundControl(token=self._tokens)
         self._thread = threading.Thread(
             target=self._run, args=(step, payload, overrides, future, ctl), name="simeval-ray-round", daemon=True
         )
@@ -254,6 +263,9 @@ class RayBackend(Backend):
         jobs = [
             _Job(shard, self._slots[i], ctl) for i, shard in enumerate(shards) if shard is None or sum(shard.quotas)
         ]
+        if self._progress:
+            self._start_sink()
+            ctl.total = None if shards == [None] else sum(sum(s.quotas) for s in shards)
         done: dict[int, dict] = {}
         for job in jobs:
             self._submit(job, step, ref, overrides)
@@ -319,7 +331,38 @@ class RayBackend(Backend):
         with self._lock:
             self._ensure(job.slot, job.ctl)
             actor = job.slot.actor
-        job.ref = actor.run.remote(step, ref, overrides, job.shard)
+        sink = self._sink
+        if sink is None:
+            job.ref = actor.run.remote(step, ref, overrides, job.shard)
+        else:
+            key = (job.ctl.token, job.shard.index if job.shard is not None else 0)
+            job.ref = actor.run.remote(step, ref, overrides, job.shard, (sink, key))
+
+    def want_progress(self) -> None:
+        """Start the progress sink with the next round (a round already running reports none)."""
+        self._progress = True
+
+    def _start_sink(self) -> None:
+        """Start the progress sink (once): a small actor, no CPU asked, that the workers' counts go to."""
+        if self._sink is None:
+            from simeval.backends.ray_actor import ProgressSink
+
+            self._sink = self._ray.remote(num_cpus=0)(ProgressSink).remote()
+
+    def progress(self) -> tuple[int, int, int] | None:
+        """The running round's counts, summed over its workers as they last sent them to the sink.
+
+        Waits on the sink (a small actor) at most one second: it runs on the caller's progress thread,
+        never on the round's.
+        """
+        ctl, sink = self._running, self._sink
+        if ctl is None or sink is None or self._thread is None or not self._thread.is_alive():
+            return None
+        counts = self._ray.get(sink.take.remote(ctl.token), timeout=1.0)
+        if not counts:
+            return None
+        episodes, total, env_steps = (sum(c[i] for c in counts) for i in range(3))
+        return episodes, ctl.total if ctl.total is not None else total, env_steps
 
     def _probe(self, slot: Slot) -> None:
         try:
@@ -435,3 +478,7 @@ class RayBackend(Backend):
             self._slots.confirm_dead(actors, deadline)
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            with contextlib.suppress(Exception):
+                self._ray.kill(sink)

@@ -81,6 +81,11 @@ class ThreadBackend(Backend):
             lane.thread.start()
         lane.requests.put((step, staged, future, overrides))
 
+    def progress(self) -> tuple[int, int, int] | None:
+        """The running round's counts, read from its worker's counter (same process: no channel needed)."""
+        lane = self._lane
+        return None if lane is None else lane.worker.counter.snapshot()
+
     def _replacement(self, future: Future) -> _Lane | None:
         """A fresh lane after a timed-out round; None (and ``future`` failed) while the old thread holds instances."""
         self._abandoned = [t for t in self._abandoned if t.is_alive()]

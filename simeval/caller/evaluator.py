@@ -26,6 +26,7 @@ from simeval.settings import EvalSettings, RoundOverrides, as_info_keys, as_key,
 
 if TYPE_CHECKING:
     from simeval.backends.base import Backend
+    from simeval.caller.progress import Progress
 
 
 class _DefaultCount(int):
@@ -147,6 +148,12 @@ class Evaluator:
     time (one hour before any round was measured, then at least ten minutes and
     20x the expected round time); ``math.inf`` is no limit. A round that starts
     its worker also gets ``start_timeout``.
+    ``on_progress`` is called in this process while a round runs, at most twice a
+    second when its counts changed, and once when its result is in, with a
+    :class:`~simeval.caller.progress.Progress` (the round's step, episodes done,
+    episodes total, env steps, seconds, ``done``); on every backend the worker
+    reports through a side channel at the points where it already counts episodes,
+    so progress slows no round and changes no number.
     """
 
     def __init__(
@@ -184,6 +191,7 @@ class Evaluator:
         info_keys: Any = None,
         num_workers: int = 1,
         max_restarts: int = 3,
+        on_progress: Callable[[Progress], Any] | None = None,
     ) -> None:
         check_busy_policy(busy_policy)
         if backend not in backends.NAMES:
@@ -221,12 +229,13 @@ class Evaluator:
             num_workers=num_workers,
             max_restarts=max_restarts,
             info={"log_prefix": log_prefix, "keep_episodes": keep_episodes},
+            progress=on_progress is not None,
         )
         budget = _TimeBudget(time_budget_s) if time_budget_s is not None else None
         clock = RoundClock(round_timeout_s, start_timeout, max_steps)
         created = backends.create(backend, recipe, options)
         self._num_trajectories = settings.num_trajectories  # None with a budget: each round's own count
-        self._attach(created, log_prefix, keep_episodes, on_result, busy_policy, budget, clock)
+        self._attach(created, log_prefix, keep_episodes, on_result, busy_policy, budget, clock, on_progress)
 
     def _attach(
         self,
@@ -237,6 +246,7 @@ class Evaluator:
         busy_policy: str,
         budget: _TimeBudget | None = None,
         clock: RoundClock | None = None,
+        on_progress: Callable[[Progress], Any] | None = None,
     ) -> None:
         self._log_prefix = log_prefix
         self._keep_episodes = keep_episodes
@@ -251,7 +261,15 @@ class Evaluator:
             busy_policy,
             prepare=self._plan_round if budget is not None else None,
             deadline=self._deadline if clock is not None else None,
+            on_progress=on_progress,
         )
+
+    def set_on_progress(self, on_progress: Callable[[Progress], Any] | None) -> None:
+        """Call ``on_progress`` (see the class) for the rounds from now on, the running one included; None: stop.
+
+        On the Ray backend a round already running when it is first set reports only its end.
+        """
+        self._front.set_on_progress(on_progress)
 
     @property
     def _backend(self) -> Backend:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simeval.backends.base import Backend, cancelled, complete
+from simeval.caller.progress import Progress, RoundWatcher
 from simeval.errors import EvalError, WorkerLost
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class RequestQueue:
     :class:`~simeval.caller.round_timeout.Deadline` (None: no limit): a round still
     running past it fails with a :class:`~simeval.errors.WorkerLost` saying so,
     and the backend replaces its worker before the next request starts.
+    ``on_progress(progress)`` (a :class:`~simeval.caller.progress.Progress`) is called
+    while a round runs, at most twice a second, and once at its end (see
+    :class:`~simeval.caller.progress.RoundWatcher`).
     """
 
     def __init__(
@@ -80,9 +84,11 @@ class RequestQueue:
         busy_policy: str = "error",
         prepare: Callable[[Request], None] | None = None,
         deadline: Callable[[Request], Deadline | None] | None = None,
+        on_progress: Callable[[Progress], Any] | None = None,
     ) -> None:
         check_busy_policy(busy_policy)
         self.backend = backend
+        self._watcher = RoundWatcher(backend, on_progress) if on_progress is not None else None
         self._prepare = prepare
         self._deadline = deadline
         self.busy_policy = busy_policy
@@ -137,6 +143,15 @@ class RequestQueue:
             self._launch(request)
         return request
 
+    def set_on_progress(self, on_progress: Callable[[Progress], Any] | None) -> None:
+        """Call ``on_progress`` for the rounds from now on, and for the running one (None: no longer)."""
+        self.backend.want_progress()
+        with self._cond:
+            self._watcher = RoundWatcher(self.backend, on_progress) if on_progress is not None else None
+            current = self._current
+        if self._watcher is not None and current is not None and not current.future.done():
+            self._watcher.watch(current.step, current.future)
+
     def _next_step(self, step: int | None) -> int:
         if step is not None:
             return int(step)
@@ -149,6 +164,8 @@ class RequestQueue:
             if self._prepare is not None:
                 self._prepare(request)
             self._arm(request)
+            if self._watcher is not None:
+                self._watcher.watch(request.step, request.future)
             self.backend.start(request.step, request.weights, request.future, request.overrides)
         except BaseException as exc:  # noqa: BLE001 - e.g. weights that do not fit
             complete(

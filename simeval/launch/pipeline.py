@@ -37,9 +37,10 @@ from simeval.errors import EvalError
 from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError
 from simeval.launch.lines import failed_line, ok_line
+from simeval.launch.progress import ProgressBoard
 from simeval.launch.results import failures_line, resume_from
 from simeval.launch.session import PlanBusy, error_kind
-from simeval.launch.sources import Unreadable, checkpoint_name
+from simeval.launch.sources import One, Unreadable, checkpoint_name
 from simeval.launch.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class Pipeline:
         self.held: list[dict] = []  # recorded, not yet given to the logger
         self.closed = False  # --until-step reached: take no more checkpoints
         self.summary = RunSummary()  # printed when the run ends
+        self.board = ProgressBoard(run_total=None)  # each running evaluation's progress; the run's wait
 
     def run(self, source: CheckpointSource) -> int:
         """Evaluate every job of every checkpoint ``source`` gives, until it is done, ``--until-step`` or a signal.
@@ -111,11 +113,15 @@ class Pipeline:
             while not stop.is_set():
                 if not self.closed and not source.done and time.monotonic() >= next_scan and self._wants():
                     self._take(source)
+                    if isinstance(source, One) and self.board.run_total is None:
+                        self.board.run_total = len(self.jobs)  # one checkpoint: the run's evaluations are known
                     next_scan = time.monotonic() + self.cfg.poll_interval
                 self._start_idle()
                 if self._collect():
                     next_scan = 0.0  # a slot is free: look for the next checkpoint at once
                 self._publish()
+                if not self.running and not self.jobs and not self.closed and not source.done and self.cfg.watch:
+                    self.board.waiting(self.cfg.watch, len(getattr(source, "seen", ())))
                 if not self.running and not self.jobs and (self.closed or source.done):
                     if self.closed:
                         print(f"reached --until-step {self.cfg.until_step}; done.", flush=True)
@@ -128,6 +134,7 @@ class Pipeline:
             print(self.summary.render(retry=self.spec.keep_going), flush=True)
             return 0
         finally:
+            self.board.close()
             self._publish(everything=True)
 
     def _idle(self) -> list[int]:
@@ -183,6 +190,9 @@ class Pipeline:
             self.running[index] = job
             where = f" on worker {index}" if len(self.session.slots) > 1 else ""
             print(job.cell.started(job.ck, job.name, where), flush=True)
+            evaluator = self.session.slots[index].evaluator
+            if evaluator is not None:
+                evaluator.set_on_progress(self.board.callback(index, job.cell.label(job.name)))
 
     def _collect(self) -> bool:
         """Record every finished evaluation; True if a slot became idle."""
@@ -195,6 +205,7 @@ class Pipeline:
             if result is None:
                 continue
             del self.running[index]
+            self.board.finished(index)
             freed = True
             if isinstance(result, Exception):
                 self._failed(job, result)

@@ -55,6 +55,7 @@ class DirectRollout:
         self.device = policy_device(policy)
         self.module = policy_module(policy)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="simeval-physics") if len(base.groups) > 1 else None
+        self.counter = None  # the worker's RoundCounter (simeval.worker.rollout), told how far a round is
 
     def close(self) -> None:
         """Stop the physics thread (if the env has two groups)."""
@@ -90,6 +91,7 @@ class _Round:
         self.obs = np.empty((n, base.obs_dim), dtype=np.float32)  # raw observations
         self.records: list[tuple] = []  # (sub-env, ordinal, return, length, terminated, truncated)
         self.env_steps = 0
+        self.counter = rollout.counter  # told the kept episodes and env steps as steps land (or None)
         self.first_done: list[list] = [[] for _ in base.groups]  # per group, per step: (reward sum, any done)
         self._first_done_seen = [False] * len(base.groups)
 
@@ -164,6 +166,8 @@ class _Round:
         rows = g.rows
         reward, terminated, truncated = base.finish_group(g, self.obs[rows])
         self.env_steps += g.size
+        if self.counter is not None:
+            self.counter.env_steps = self.env_steps
         reward = reward.astype(np.float32)
         self.returns[rows] += reward
         steps = self.steps[rows]
@@ -192,6 +196,8 @@ class _Round:
                     )
                 )
             self.completed[sub] += 1
+        if self.counter is not None:
+            self.counter.episodes = len(self.records)
         base.reset_sims(ended.astype(np.int32), group=g)
         self.returns[g.first + ended] = 0.0
         steps[ended] = 0

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 class RoundEngine(Protocol):
     """A round loop of the worker's own (the Collector's numbers without the Collector)."""
 
+    counter: Any
+    """The worker's :class:`~simeval.worker.rollout.RoundCounter` (or None): told the kept episodes and env steps
+    where the engine accounts them."""
+
     def run(
         self, quotas: list[int], seed: int | None, stop: threading.Event, exploration_type: ExplorationType
     ) -> Episodes:

@@ -35,7 +35,7 @@ from simeval.shards import Shard, sub_env_seed
 from simeval.weights import load_weights, resolve_model
 from simeval.worker import engines, vecnorm
 from simeval.worker.frames import FrameBuffer, can_render
-from simeval.worker.rollout import Episodes, StoppablePolicy, run_round
+from simeval.worker.rollout import Episodes, RoundCounter, StoppablePolicy, run_round
 from simeval.worker.round_scope import eval_mode, exploration, exploration_for_round, max_steps_for_round, step_counters
 
 if TYPE_CHECKING:
@@ -149,6 +149,7 @@ class EvalWorker:
         self._round_seed = 0  # the base of the current round's episode seeds (simeval.conditions.round_seed)
         self._frames: FrameBuffer | None = None
         self._device: torch.device | None = None
+        self.counter = RoundCounter()  # how far the running round is, for a backend's progress channel
 
     # -- building -------------------------------------------------------
     def build(self) -> None:
@@ -190,6 +191,8 @@ class EvalWorker:
         self._direct = engines.choose(
             self._simulator, self._rollout_env, self._acting_policy, self.settings, recording, horizon
         )
+        if self._direct is not None:
+            self._direct.counter = self.counter
 
     @property
     def _acting_policy(self) -> Any:
@@ -302,6 +305,8 @@ class EvalWorker:
         except BaseException:
             self._discard()
             raise
+        finally:
+            self.counter.active = False
 
     def _discard(self) -> None:
         self._close_direct()
@@ -323,6 +328,7 @@ class EvalWorker:
         seed = overrides.seed if overrides.seed is not None else self.settings.seed  # this round's, or the settings'
         quotas, env_seed = self._quotas_and_seed(shard, overrides.num_trajectories, seed)
         first = shard.first if shard is not None else 0
+        self.counter.begin(sum(quotas))
         perturbs = self._start_conditions(first, seed)
         episodes = self._roll_out(quotas, env_seed, max_steps, overrides.exploration_type)
         raw = self._raw_metrics(episodes, step)
@@ -389,6 +395,7 @@ class EvalWorker:
             keep_trajectories=settings.metrics_fn is not None,
             stop=self.stop,
             info_keys=settings.info_keys,
+            counter=self.counter,
         )
 
     def _raw_metrics(self, episodes: Episodes, step: int) -> dict[str, Any]:

@@ -27,6 +27,35 @@ if TYPE_CHECKING:
     from torchrl.envs import EnvBase
 
 
+class RoundCounter:
+    """How far the running round is: kept episodes, their total and env steps, read by a progress channel.
+
+    The engines set it where they already account episodes (once per batch, or per landed step of the
+    direct engine): plain ints assigned whole, so another thread reads them without a lock. ``active``
+    is True from a round's start to its end (the worker clears it), so a reader never takes the last
+    round's counts for the next one's.
+    """
+
+    __slots__ = ("active", "episodes", "total", "env_steps")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.episodes = 0
+        self.total = 0
+        self.env_steps = 0
+
+    def begin(self, total: int) -> None:
+        """Start counting a round of ``total`` episodes."""
+        self.episodes, self.env_steps, self.total = 0, 0, total
+        self.active = True
+
+    def snapshot(self) -> tuple[int, int, int] | None:
+        """``(episodes, total, env_steps)`` of the running round; None between rounds."""
+        if not self.active:
+            return None
+        return (self.episodes, self.total, self.env_steps)
+
+
 @dataclass
 class Episodes:
     """Finished episodes of one round, in (sub-env, order) order."""
@@ -256,11 +285,13 @@ def run_round(
     stop: threading.Event,
     info_keys: tuple = (),
     use_step_count: bool = True,
+    counter: RoundCounter | None = None,
 ) -> Episodes:
     """Reset (and seed) every env, then collect until each sub-env met its quota.
 
     ``info_keys`` (relative to "next") and every leaf under ("next", "log") are
     read at each kept episode's last step, with the terminated/truncated flags.
+    ``counter`` (optional) is told the kept episodes and env steps after each batch.
     """
     tally = RoundTally(
         quotas,
@@ -272,6 +303,7 @@ def run_round(
         info_keys=info_keys,
         keep_trajectories=keep_trajectories,
     )
+    tally.counter = counter
     start = time.perf_counter()
     _reset(collector, env, seed)
     started_at = time.time()
@@ -318,6 +350,7 @@ class RoundTally:
         self.first_done = FirstDoneReward()
         self.batches: list[TensorDictBase] = []
         self.env_steps = 0
+        self.counter: RoundCounter | None = None  # told the kept episodes and env steps after each batch
 
     @property
     def finished(self) -> bool:
@@ -372,6 +405,10 @@ class RoundTally:
         )
         self.first_done.add(reward, done)
         self.env_steps += done.numel()
+        if self.counter is not None:
+            tally = self.tally
+            self.counter.episodes = int(torch.minimum(tally.completed, tally.quota).sum())
+            self.counter.env_steps = self.env_steps
 
     def episodes(self, seconds: float, started_at: float) -> Episodes:
         """The round's kept episodes, with their end flags, info and success, in (sub-env, order) order."""

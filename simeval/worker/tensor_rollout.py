@@ -60,6 +60,7 @@ class TensorRollout:
         self.log_names = list(steps.log_names)
         self.policy, self.module, self.device = policy, policy_module(policy), policy_device(policy)
         self.steps_per_batch = int(steps_per_batch)
+        self.counter = None  # the worker's RoundCounter (simeval.worker.rollout), told how far a round is
         self.end_keys = episode_ends.EndKeys(
             ("next", "terminated"),
             ("next", "truncated"),
@@ -102,6 +103,7 @@ class TensorRollout:
             keep_trajectories=False,
         )
         tally.end_keys = self.end_keys
+        tally.counter = self.counter
         start = time.perf_counter()
         if seed is not None:
             self.env.set_seed(seed)
