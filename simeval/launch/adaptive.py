@@ -72,6 +72,7 @@ from simeval.errors import EvalError
 from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.lines import Look, failed_line, ok_line
+from simeval.launch.progress import ProgressBoard
 from simeval.launch.results import ResultsLog, failures_line
 from simeval.launch.session import PlanBusy, error_kind
 from simeval.launch.sources import checkpoint_name
@@ -447,6 +448,7 @@ class Looks:
         self.jobs: list[Job] = []
         self.running: dict[int, Job] = {}
         self.last: dict[int, str] = {}  # slot -> the label of the side it evaluated last
+        self.board = ProgressBoard()  # each running round's progress; the run's total is not known ahead
 
     def run(self) -> int:
         """Evaluate until every cell stopped (or failed), or a signal; print the table. The exit code: 0."""
@@ -454,13 +456,17 @@ class Looks:
             if not run.over:
                 self._queue(run)
         stop = self.session.stop
-        while not stop.is_set():
-            self._start_idle()
-            self._collect()
-            if not self.running and not self.jobs:
-                print(self.table(), flush=True)
-                return 0
-            stop.wait(_TICK_S)
+        try:
+            while not stop.is_set():
+                self._start_idle()
+                self._collect()
+                if not self.running and not self.jobs:
+                    self.board.close()
+                    print(self.table(), flush=True)
+                    return 0
+                stop.wait(_TICK_S)
+        finally:
+            self.board.close()
         where = f"{len(self.running)} running round(s) abandoned, " if self.running else ""
         print(f"stopped by signal; {where}nothing partial written; the same command resumes.", flush=True)
         return 0
@@ -498,6 +504,9 @@ class Looks:
                 continue
             job.started = time.monotonic()
             self.running[index] = job
+            evaluator = self.session.slots[index].evaluator
+            if evaluator is not None:
+                evaluator.set_on_progress(self.board.callback(index, job.cell.label(job.side.name)))
 
     def _collect(self) -> None:
         """Take every finished round; close a look once all its rounds are in."""
@@ -509,6 +518,7 @@ class Looks:
             if result is None:
                 continue
             del self.running[index]
+            self.board.finished(index)
             if isinstance(result, Exception):
                 self._failed(job, result)
                 continue
