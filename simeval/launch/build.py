@@ -140,7 +140,14 @@ def make_evaluator(
         results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
         results_context=record_context(cfg, plan, env_backend),
         info_keys=cfg.info_keys,
+        # The run's progress board sets its own callback when a job starts; asking for progress from the
+        # start makes every backend report the first round too (Ray starts its progress sink with it).
+        on_progress=None if cfg.serve else _until_a_job_starts,
     )
+
+
+def _until_a_job_starts(progress: object) -> None:
+    """The evaluator's progress callback until the pipeline gives it the job's (it has nothing to show)."""
 
 
 def _ray_kwargs(cfg: LaunchConfig) -> dict | None:
