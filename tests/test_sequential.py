@@ -232,3 +232,18 @@ def test_sequential_mcnemar_holds_its_level_at_every_look_and_decides_a_real_dif
         assert null.pairs == 200 and 0 < null.discordant < 200
     assert false / 150 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 150)
     assert decided / 150 >= 0.9  # 0.5 against 0.8 success: decided within 200 episodes
+
+
+def test_a_first_look_too_small_for_any_finite_interval_tunes_for_the_first_n_that_has_one():
+    """At 23+ cells and looks of 2 episodes no prior variance gives a finite interval at n = 2: the sequence was tuned
+    to the grid's smallest g and decided a 5-sd effect only after ~120 episodes; now after a few looks."""
+    from simeval.sequential import LookPlan, t_mixture_radius, t_mixture_scale
+
+    alpha = 0.05 / 23
+    g = t_mixture_scale(2, alpha)
+    assert math.isfinite(t_mixture_radius(3, alpha, g)) or math.isfinite(t_mixture_radius(4, alpha, g))
+    rng = np.random.default_rng(0)
+    seq = LookPlan("until-decided", 0.05, 23, 2, 400).paired(None, "cell")
+    for _ in range(6):
+        seq.update(rng.normal(0, 1, 2), rng.normal(5, 1, 2))  # B better by 5 sd
+    assert seq.verdict == "better" and seq.n == 12
