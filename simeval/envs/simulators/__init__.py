@@ -53,7 +53,6 @@ BUILT_IN: tuple[Simulator, ...] = (
 )
 
 
-@functools.cache
 def prepare_headless() -> None:
     """Set every simulator's headless rendering environment (unless already set), before any is imported.
 
@@ -69,6 +68,7 @@ def prepare_headless() -> None:
                 os.environ[key] = value
 
 
+@functools.cache
 def registered() -> tuple[Simulator, ...]:
     """Every simulator: the built-in ones, then those of installed packages' ``simeval.simulators`` entry points.
 
