@@ -870,6 +870,99 @@ def _decided(times: np.ndarray, sc: Binary, reps: int) -> str:
 # ---------------------------------------------------------------------------------------- the study
 
 
+# ------------------------------------------------------------------ planned looks (group-sequential)
+
+
+def planned_looks(look: int, n_max: int) -> tuple[int, ...]:
+    """The looks of ``LookPlan(design="planned")``: every ``look`` episodes, and the budget."""
+    return LookPlan("until-decided", ALPHA, 1, look, n_max, design="planned").looks()
+
+
+def planned_runs(d: np.ndarray, looks: Sequence[int], confidence: float, true: float) -> tuple[np.ndarray, np.ndarray]:
+    """Group-sequential runs over ``d`` (replications x episodes of B - A) at once: for each replication the
+    episodes at which its repeated interval first lay above 0 (``inf``: never, or below 0 first) and whether any
+    look's interval missed ``true``. Vectorised; tests/test_validity.py checks it against
+    :class:`simeval.group_sequential.GroupSequentialMean` one replication at a time."""
+    from simeval.group_sequential import boundaries
+
+    spending = tuple(n for n in looks if n >= 2)
+    c = dict(zip(spending, boundaries(1 - confidence, spending), strict=True))
+    total, squares = np.cumsum(d, axis=1), np.cumsum(d * d, axis=1)
+    reps = d.shape[0]
+    times = np.full(reps, np.inf)
+    open_ = np.ones(reps, dtype=bool)
+    missed = np.zeros(reps, dtype=bool)
+    for n in looks:
+        if not math.isfinite(c.get(n, math.inf)):
+            continue
+        mean = total[:, n - 1] / n
+        sd = np.sqrt(np.maximum(squares[:, n - 1] - n * mean**2, 0.0) / (n - 1))
+        half = sst.t.isf(sst.norm.sf(c[n]), n - 1) * sd / math.sqrt(n)
+        low, high = mean - half, mean + half
+        missed |= (low > true) | (high < true)
+        better = open_ & (low > 0)
+        times[better] = n
+        open_ &= ~(low > 0) & ~(high < 0)
+    return times, missed
+
+
+def planned_family_error(
+    sc: Scenario | Binary, cells: int, reps: int, seed: int, look: int, n_max: int
+) -> tuple[float, float]:
+    """Family-wise error of ``cells`` null cells, each a planned-looks sequence at ``alpha / cells`` (looks every
+    ``look`` up to ``n_max``): an error when any look of any cell misses the true mean difference. Returns (error,
+    its Monte Carlo standard error)."""
+    rng = rng_for(seed, "planned", sc.name, cells, look, n_max)
+    looks = planned_looks(look, n_max)
+    confidence = family_confidence(ALPHA, cells)
+    failed = np.zeros(reps, dtype=bool)
+    for _ in range(cells):
+        if isinstance(sc, Binary):
+            a, b = sc.draw(rng, (reps, n_max))
+            d, true = b - a, sc.diff
+        else:
+            d, true = sc.draw(rng, (reps, n_max)), sc.mean
+        failed |= planned_runs(d, looks, confidence, true)[1]
+    err = float(failed.mean())
+    return err, se(err, reps)
+
+
+def planned_power(
+    sc: Scenario, effect: float, reps: int, seed: int, looks_of: Callable[[int], tuple[int, ...]]
+) -> list[object]:
+    """Fixed-n t-test at 80% power against the planned-looks design of the smallest budget that reaches the same
+    measured power on the same data (common random numbers); ``looks_of(budget)`` gives the looks. Returns the
+    table row's cells: fixed n, fixed power, budget, looks, power, mean episodes (median), saving, and the mean
+    episodes where the difference is 0 (the design's cost when there is nothing to find)."""
+    n_fix = t_sample_size(effect)
+    rng = rng_for(seed, "planned-power", sc.name, effect)
+    cap = 3 * n_fix + 40
+    noise = sc.draw(rng, (reps, cap))
+    d = noise + effect * sc.sd
+    fixed = float(np.mean([paired(np.zeros(n_fix), d[r, :n_fix], CONFIDENCE).verdict == "better" for r in range(reps)]))
+    budget = n_fix
+    while True:
+        looks = looks_of(budget)
+        times, _ = planned_runs(d[:, : looks[-1]], looks, CONFIDENCE, effect * sc.sd)
+        power = float(np.mean(np.isfinite(times)))
+        if power >= fixed or looks[-1] >= cap:
+            break
+        budget += 1
+    used = np.minimum(times, looks[-1])
+    null_times, _ = planned_runs(noise[:, : looks[-1]], looks, CONFIDENCE, 0.0)
+    null_used = float(np.mean(np.minimum(null_times, looks[-1])))
+    return [
+        n_fix,
+        f"{fixed:.3f}",
+        looks[-1],
+        len(looks),
+        f"{power:.3f}",
+        f"{used.mean():.1f} (median {np.median(used):.0f})",
+        f"{1 - used.mean() / n_fix:+.0%}",
+        f"{null_used:.1f} ({null_used / n_fix - 1:+.0%})",
+    ]
+
+
 def header(args: argparse.Namespace) -> str:
     """The command line, the date and the machine."""
     cpu = platform.processor() or platform.machine()
@@ -893,7 +986,7 @@ def header(args: argparse.Namespace) -> str:
     )
 
 
-SECTIONS = ("fixed", "binary", "null", "family", "sequential", "firstlook", "confseq", "power", "step")
+SECTIONS = ("fixed", "binary", "null", "family", "sequential", "firstlook", "confseq", "power", "planned", "step")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -1117,6 +1210,44 @@ def main(argv: Sequence[str] | None = None) -> None:
         hdr = ["data", "difference", "fixed n (McNemar)", "fixed power", "sequence", "budget", "power", "mean episodes"]
         print(table(hdr + ["saving"], rows))
         timed("power")
+
+    if "planned" in wanted:
+        print("\n### Planned looks (`--design planned`): error, power and episodes against the fixed n\n")
+        print("A group-sequential design over the launcher's fixed looks: Lan-DeMets O'Brien-Fleming-type alpha")
+        print("spending, the t statistic through its z-equivalent, repeated confidence intervals (module")
+        print("`simeval.group_sequential`). Error: any look of any null cell misses the true difference (alpha /")
+        print("cells each; bold: above 0.05 + 2 MC errors). No bounds are used: the rows with skewed or binary")
+        print("data are measured, not promised.\n")
+        rows = []
+        schedules = ((4, 16), (10, 100)) if args.quick else ((4, 16), (8, 64), (10, 100), (10, 300))
+        cells_list = (1, 20) if args.quick else (1, 20, 100)
+        nulls = [NORMAL, T3, LOGNORMAL, FALLS, PAIRED_NULL]
+        for sc in nulls:
+            for look, n_max in schedules:
+                row = [sc.name, f"every {look} to {n_max}"]
+                for cells in cells_list:
+                    err, _ = planned_family_error(sc, cells, reps, args.seed, look, n_max)
+                    row.append(rate(err, reps, bad=err > ALPHA + 2 * se(ALPHA, reps)))
+                rows.append(row)
+        hdr = ["data (B - A, no bounds)", "looks"] + [f"{c} cell{'s' if c > 1 else ''}" for c in cells_list]
+        print(table(hdr, rows))
+        print("\nAt equal power: the fixed-n paired t-test's n for 80% power, its power measured, and the planned")
+        print("design with the smallest budget whose measured power on the same data (common random numbers) is")
+        print("at least as high. Mean episodes: a verdict stops a run, else the budget. Saving: 1 - mean episodes /")
+        print("fixed n. Last column: mean episodes when the difference is 0 (no futility stop: the whole budget).\n")
+        rows = []
+        effects = (0.35, 0.8) if args.quick else EFFECTS
+        for sc in (NORMAL, T3):
+            for effect in effects:
+                for label, looks_of in (
+                    ("every 10", lambda n: planned_looks(10, n)),
+                    ("5 looks", lambda n: planned_looks(max(1, math.ceil(n / 5)), n)),
+                ):
+                    rows.append([sc.name, f"{effect:g}", label] + planned_power(sc, effect, reps, args.seed, looks_of))
+        hdr = ["data", "effect", "looks", "fixed n", "fixed power", "budget", "looks taken at most", "power"]
+        hdr += ["mean episodes", "saving", "difference 0: mean episodes"]
+        print(table(hdr, rows))
+        timed("planned")
 
     if "step" in wanted:
         print("\n### Success, head to head with STEP (a look after every episode, at most 200)\n")

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simeval.episode_values import bounds_of, checked
+from simeval.group_sequential import GroupSequentialMean
+
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
 GRID = 4096  # candidate means of the betting CS, on [0, 1] after the bounds' rescaling
 
@@ -124,37 +127,6 @@ def t_mixture_scale(plan_n: int, alpha: float) -> float:
         n += 1
 
 
-def checked(
-    x: Sequence[float] | np.ndarray, bounds: tuple[float, float] | None, name: str, first: int, label: str = ""
-) -> np.ndarray:
-    """``x`` as float64; a ValueError naming ``name`` and the first episode (numbered from ``first``) that is
-    not finite or lies outside ``bounds``."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    of = f" of {label}" if label else ""
-    bad = np.flatnonzero(~np.isfinite(x))
-    if len(bad):
-        raise ValueError(f"{name}: episode {first + int(bad[0])}{of} is {float(x[bad[0]])!r}.")
-    if bounds is not None:
-        lo, hi = bounds
-        out = np.flatnonzero((x < lo) | (x > hi))
-        if len(out):
-            episode, value = first + int(out[0]), float(x[out[0]])
-            raise ValueError(
-                f"{name}: episode {episode}{of} returned {value!r}, outside the declared bounds "
-                f"[{lo}, {hi}]: fix the bounds (values are never clipped)."
-            )
-    return x
-
-
-def _bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
-    if bounds is None:
-        return None
-    lo, hi = (float(v) for v in bounds)
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"bounds must be two finite numbers, low < high, got {bounds!r}.")
-    return lo, hi
-
-
 class SequentialMean:
     """An anytime-valid confidence sequence for the mean of one stream of episodes (one checkpoint on one cell).
 
@@ -183,7 +155,7 @@ class SequentialMean:
     ) -> None:
         if not 0 < confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}.")
-        self.confidence, self.bounds, self.name = confidence, _bounds(bounds), name
+        self.confidence, self.bounds, self.name = confidence, bounds_of(bounds), name
         self.min_n, self.plan_n = int(min_n), int(plan_n)
         self.alpha = 1 - confidence
         self._values: list[float] = []
@@ -263,6 +235,10 @@ class SequentialPaired:
         plan_n: where the asymptotic CS is tightest (its mixture's tuning); the intervals
             are valid at every n whatever it is.
         name: what errors call this comparison (a cell's name).
+        looks: planned looks instead of any: the pairs after which a look is taken (the last
+            is the budget), and the intervals are a group-sequential design's repeated
+            intervals over them (:class:`simeval.group_sequential.GroupSequentialMean`; t
+            based, bounds still checked). Updates must land on the looks.
     """
 
     def __init__(
@@ -273,12 +249,17 @@ class SequentialPaired:
         min_n: int = 2,
         plan_n: int = 16,
         name: str = "the comparison",
+        looks: Sequence[int] | None = None,
     ) -> None:
         if not (math.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be a finite number >= 0, got {margin!r}.")
-        self.bounds = _bounds(bounds)
+        self.bounds = bounds_of(bounds)
         span = None if self.bounds is None else self.bounds[1] - self.bounds[0]
-        self.differences = SequentialMean(confidence, None if span is None else (-span, span), min_n, plan_n, name)
+        self.differences: SequentialMean | GroupSequentialMean
+        if looks is not None:
+            self.differences = GroupSequentialMean(confidence, looks, name)
+        else:
+            self.differences = SequentialMean(confidence, None if span is None else (-span, span), min_n, plan_n, name)
         self.confidence, self.margin, self.name = confidence, float(margin), name
 
     def update(self, a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> SequentialPaired:
@@ -367,6 +348,7 @@ class SequentialMcNemar:
 
 
 RULES = ("until-decided", "until-precise")
+DESIGNS = ("anytime", "planned")
 STOPS = ("decided", "equivalent", "precise", "budget")
 
 
@@ -390,6 +372,13 @@ class LookPlan:
         precision: ``--until-precise``'s half-width (task units, or a fraction of
             ``|mean|`` when ``relative``); 0 for ``until-decided``.
         relative: whether ``precision`` is a fraction of the mean's magnitude.
+        design: ``anytime`` (confidence sequences, valid whatever the looks and the budget
+            turn out to be: a resume may raise ``--max-episodes``) or ``planned`` (a
+            group-sequential design over exactly :meth:`looks`, O'Brien-Fleming-type alpha
+            spending: fewer episodes at equal power, but the looks and the budget are fixed).
+            Planned looks replace the t-mixture sequence only: cells with declared bounds keep
+            their finite-sample betting sequence and success its McNemar sequence, both valid
+            at any looks.
     """
 
     rule: str
@@ -400,10 +389,13 @@ class LookPlan:
     margin: float = 0.0
     precision: float = 0.0
     relative: bool = False
+    design: str = "anytime"
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}.")
+        if self.design not in DESIGNS:
+            raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {self.design!r}.")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha!r}.")
         if self.rows < 1 or self.look_every < 1 or self.max_episodes < self.look_every:
@@ -417,19 +409,31 @@ class LookPlan:
         cell also compares success (Bonferroni over every row with a verdict)."""
         return 1.0 - self.alpha / (self.rows * (2 if with_success else 1))
 
+    def looks(self) -> tuple[int, ...]:
+        """The episodes per cell and per checkpoint after which a look is taken: every ``look_every``, and the
+        budget."""
+        every = range(self.look_every, self.max_episodes + 1, self.look_every)
+        return tuple(every) + ((self.max_episodes,) if self.max_episodes % self.look_every else ())
+
     def paired(self, bounds: tuple[float, float] | None, name: str, with_success: bool = False) -> SequentialPaired:
-        """A cell's sequence for B - A, tuned for the first look."""
-        return SequentialPaired(self.confidence(with_success), bounds, self.margin, plan_n=self.look_every, name=name)
+        """A cell's sequence for B - A: tuned for the first look (``anytime``, or any cell with ``bounds``), or
+        over the planned looks (``planned``, no bounds)."""
+        looks = self.looks() if self.design == "planned" and bounds is None else None
+        confidence = self.confidence(with_success)
+        return SequentialPaired(confidence, bounds, self.margin, plan_n=self.look_every, name=name, looks=looks)
 
     def mcnemar(self, name: str) -> SequentialMcNemar:
         """A cell's sequence for success (McNemar's sequential form): the other half of the cell's share."""
         return SequentialMcNemar(self.confidence(with_success=True), name=name)
 
-    def mean(self, bounds: tuple[float, float] | None, name: str) -> SequentialMean:
-        """A cell's sequence for one checkpoint's mean (``until-precise``), tuned for the first look."""
+    def mean(self, bounds: tuple[float, float] | None, name: str) -> SequentialMean | GroupSequentialMean:
+        """A cell's sequence for one checkpoint's mean (``until-precise``): tuned for the first look
+        (``anytime``, or any cell with ``bounds``), or over the planned looks (``planned``, no bounds)."""
+        if self.design == "planned" and bounds is None:
+            return GroupSequentialMean(self.confidence(), self.looks(), name)
         return SequentialMean(self.confidence(), bounds, plan_n=self.look_every, name=name)
 
-    def stop(self, seq: SequentialPaired | SequentialMean) -> str | None:
+    def stop(self, seq: SequentialPaired | SequentialMean | GroupSequentialMean) -> str | None:
         """Why a cell stops after its latest look (one of :data:`STOPS`), or None to look again."""
         if isinstance(seq, SequentialPaired):
             verdict = seq.verdict
@@ -454,6 +458,7 @@ class LookPlan:
             "margin": self.margin,
             "precision": self.precision,
             "relative": self.relative,
+            "design": self.design,
         }
 
     @classmethod
@@ -471,6 +476,7 @@ class LookPlan:
                 margin=float(data.get("margin", 0.0)),
                 precision=float(data.get("precision", 0.0)),
                 relative=bool(data.get("relative", False)),
+                design=str(data.get("design", "anytime")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: not a look plan ({exc}).") from None

@@ -11,6 +11,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 from launch_helpers import cli
@@ -83,7 +85,7 @@ def test_a_large_effect_cell_stops_at_its_first_look_and_the_other_runs_to_its_b
     assert a[("noisy", 1)]["stop"] == b[("noisy", 1)]["stop"] == "budget"
     assert "stop" not in a[("noisy", 0)] and "stop" not in b[("noisy", 0)]
     plan = {"rule": "until-decided", "alpha": 0.05, "rows": 2, "look_every": 8, "max_episodes": 16, "margin": 0.0,
-            "precision": 0.0, "relative": False}  # fmt: skip
+            "precision": 0.0, "relative": False, "design": "anytime"}  # fmt: skip
     for (condition, look), line in [*a.items(), *b.items()]:
         assert line["status"] == "ok" and line["look"] == look and line["sequential"] == plan
         assert line["suite"] == "adaptive" and line["condition"] == condition and "bounds" not in line
@@ -217,6 +219,30 @@ def test_two_ray_workers_see_the_episodes_one_thread_worker_sees(ray_cluster, de
             assert ray[key].get("stop") == line.get("stop") and ray[key]["backend"] == "ray"
 
 
+def test_planned_looks_decide_as_their_replay_does_and_a_resume_keeps_the_design(suite, tmp_path):
+    """--design planned: the lines record it, compare replays the group-sequential design to the printed verdicts,
+    and a resume with the other design is refused in one line (the boundaries depend on the plan)."""
+    proc = _decided(suite, tmp_path, "--design", "planned")
+    assert "planned looks (group-sequential)" in proc.stdout
+    a, b = _looks(tmp_path, "a"), _looks(tmp_path, "b")
+    assert {line["sequential"]["design"] for line in [*a.values(), *b.values()]} == {"planned"}
+    report = subprocess.run([sys.executable, "-m", "simeval.report", "compare", str(tmp_path / "a"),
+                             str(tmp_path / "b"), "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    rows = {r["condition"]: r for r in json.loads(report.stdout) if r["condition"] != "*"}
+    printed = _printed(proc.stdout)
+    for condition, row in rows.items():
+        assert row["method"] == "group-sequential"
+        shown = (row["verdict"], f"{row['diff']:+.2f}", f"{row['diff_ci_low']:+.2f}", f"{row['diff_ci_high']:+.2f}")
+        assert printed[f"HalfCheetah-v5 / {condition}"] == shown
+        assert row["stop"] == a[(condition, max(k for c, k in a if c == condition))]["stop"]
+    assert rows["nominal"]["verdict"] == "better"
+    proc = cli("--suite", suite, "--checkpoint", B, "--baseline", A, "--until-decided", *DECIDED,
+               "--out", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 2
+    assert "design 'planned' (now 'anytime')" in proc.stderr.strip().splitlines()[-1]
+
+
 def test_until_precise_stops_a_cell_when_precise_and_another_on_its_budget(suite, tmp_path):
     proc = _run("--suite", suite, "--checkpoint", B, "--until-precise", "40", "--max-episodes", "4",
                 "--out", str(tmp_path))  # fmt: skip
@@ -285,6 +311,9 @@ def test_bounds_too_tight_fail_the_cell_in_one_line_naming_it_and_the_episode(tm
          "--alpha must be in (0, 1)"),
         ([*ONE, "--until-precise", "5", "--time-budget", "10"],
          "--until-precise sizes its rounds in looks"),
+        ([*ONE, "--design", "planned"], "--design set the looks of"),
+        ([*ONE, "--baseline", A, "--until-decided", "--design", "fast"],
+         "unknown design 'fast': choose one of anytime, planned"),
     ],
 )  # fmt: skip
 def test_adaptive_flag_errors_are_one_line(argv, words):

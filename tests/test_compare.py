@@ -1137,3 +1137,26 @@ def test_a_line_whose_seeds_and_returns_do_not_pair_one_to_one_is_refused(tmp_pa
             odd["episode_returns"] = [*odd["episode_returns"], 1.0]
         with pytest.raises(compare.CompareError, match=r"has 1[67] episode returns for 1[67] episode seeds"):
             compare.compare([good], [odd], "a", "b")
+
+
+def test_planned_looks_replay_their_group_sequential_design_and_another_budget_is_refused(tmp_path):
+    plan = LookPlan("until-decided", alpha=0.05, rows=1, look_every=10, max_episodes=50, design="planned")
+
+    def gen(r, n):
+        a = r.normal(100, 20, n)
+        return a, a + 3 + r.normal(0, 5, n)
+
+    lines_a, lines_b, seqs, _ = _adaptive(plan, {("Ant-v5", "nominal"): gen}, seed=4)
+    ((cell, seq),) = seqs.items()
+    assert seq.verdict == "better" and seq.n < plan.max_episodes  # decided before the budget
+    run_a, run_b = _write(tmp_path / "a", lines_a), _write(tmp_path / "b", lines_b)
+    row = _json(_cli("compare", run_a, run_b, "--json"))[0]
+    assert (row["method"], row["stop"], row["episodes"]) == ("group-sequential", "decided", seq.n)
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx((seq.low, seq.high), rel=1e-12)
+    assert "group-sequential = the adaptive run's planned looks" in _cli("compare", run_a, run_b).stdout
+    other = LookPlan("until-decided", alpha=0.05, rows=1, look_every=10, max_episodes=60, design="planned")
+    for line in lines_b:
+        line["sequential"] = other.as_data()
+    proc = _cli("compare", run_a, _write(tmp_path / "c", lines_b))
+    assert proc.returncode != 0
+    assert "planned looks up to 50 episodes in" in proc.stderr and "and 60 in" in proc.stderr

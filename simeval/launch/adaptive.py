@@ -55,6 +55,7 @@ other plans rebuild it once a look, not twice), so a worker starts once per cell
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -68,7 +69,6 @@ from simeval.checkpoints import load_checkpoint
 from simeval.conditions import LOOK_STRIDE, look_seed
 from simeval.envs.simulators import simulator_for
 from simeval.envs.simulators.task_config import TaskConfigSimulator
-from simeval.errors import EvalError
 from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.lines import Look, failed_line, ok_line
@@ -241,7 +241,8 @@ def run_adaptive(session: Session, suite: Suite, out: str) -> int:
     first = next(iter(plans.values()))
     print(
         f"suite {suite.name}: {len(cells)} cell(s), --{cfg.adaptive}: looks of {first.look_every} episode(s), "
-        f"at most {first.max_episodes} per cell and checkpoint, alpha {cfg.alpha} over the cells",
+        f"at most {first.max_episodes} per cell and checkpoint, alpha {cfg.alpha} over the cells"
+        + (", planned looks (group-sequential)" if cfg.design == "planned" else ""),
         flush=True,
     )
     replay(runs, sides, cfg.retry_failed)
@@ -312,7 +313,15 @@ def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]
         if budget // every > LOOK_STRIDE:
             raise ConfigError(f"{env}: {budget // every} looks are more than look seeds cover ({LOOK_STRIDE}).")
         plans[env] = LookPlan(
-            cfg.adaptive, cfg.alpha, len(cells), every, budget, cfg.margin, precision=precision, relative=relative
+            cfg.adaptive,
+            cfg.alpha,
+            len(cells),
+            every,
+            budget,
+            cfg.margin,
+            precision=precision,
+            relative=relative,
+            design=cfg.design,
         )
     return plans
 
@@ -416,8 +425,11 @@ def _check_look(record: dict, run: CellRun, side: Side) -> None:
     """A ConfigError unless ``record`` was evaluated as this run evaluates the look: plan, bounds, seed, settings."""
     cell = run.look_cell()
     expected = {**cell.context(), "look": run.look, "sequential": run.plan.as_data()}
+    recorded = dict(record)
+    with contextlib.suppress(ValueError):  # a plan written before a field existed reads with its default
+        recorded["sequential"] = LookPlan.from_data(record.get("sequential")).as_data()
     keys = ("sequential", "bounds", "seed", "num_envs", "max_steps", "condition_settings")
-    differ = [_difference(k, record.get(k), _json(expected.get(k))) for k in keys]
+    differ = [_difference(k, recorded.get(k), _json(expected.get(k))) for k in keys]
     differ = [d for d in differ if d]
     if differ:
         raise ConfigError(
@@ -510,15 +522,7 @@ class Looks:
 
     def _collect(self) -> None:
         """Take every finished round; close a look once all its rounds are in."""
-        for index, job in list(self.running.items()):
-            try:
-                result = self.session.poll(index)
-            except EvalError as exc:
-                result = exc
-            if result is None:
-                continue
-            del self.running[index]
-            self.board.finished(index)
+        for index, job, result in self.session.finished(self.running, self.board):
             if isinstance(result, Exception):
                 self._failed(job, result)
                 continue

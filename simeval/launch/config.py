@@ -18,6 +18,7 @@ from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, proc
 from simeval.checkpoints.bounds import parse_size
 from simeval.checkpoints.formats import names as _format_names
 from simeval.envs.simulators import env_backends, env_id_forms, registered
+from simeval.sequential import DESIGNS
 from simeval.yaml_files import YamlError, read_yaml
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
@@ -131,6 +132,12 @@ class LaunchConfig:
     alpha: float = _opt(
         0.05, "--until-decided, --until-precise: the error over all cells and every look (each cell gets alpha/cells)"
     )
+    design: str = _opt(
+        "anytime",
+        "--until-decided, --until-precise: anytime (confidence sequences, valid at any look: a resume may raise "
+        "--max-episodes) or planned (a group-sequential design over exactly these looks and budget: fewer "
+        "episodes on average at equal power; cells with declared bounds keep their anytime sequence)",
+    )
     out: str | None = _opt(None, "results directory (default: runs/<timestamp>)")
     logger: str = _opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
     video: bool = _opt(False, "record an MP4 of each round's first episode")
@@ -168,7 +175,7 @@ class LaunchConfig:
 
     def validate(self) -> LaunchConfig:
         """Check the settings together and normalise ``info_keys``; returns ``self``, or raises :class:`ConfigError`."""
-        for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS)):
+        for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS), ("design", DESIGNS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: choose one of {', '.join(choices)}.")
         if self.format is not None and self.format not in CHECKPOINT_FORMATS:
@@ -265,6 +272,7 @@ class LaunchConfig:
         if rule is None:
             given = [f"--{n.replace('_', '-')}" for n in ("look_every", "max_episodes") if getattr(self, n) is not None]
             given += ["--margin"] * (self.margin != 0.0) + ["--alpha"] * (self.alpha != 0.05)
+            given += ["--design"] * (self.design != "anytime")
             if given:
                 raise ConfigError(f"{', '.join(given)} set the looks of --until-decided or --until-precise: add one.")
             return

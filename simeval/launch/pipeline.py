@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints import CheckpointError
-from simeval.errors import EvalError
 from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError
 from simeval.launch.lines import failed_line, ok_line
@@ -197,15 +196,7 @@ class Pipeline:
     def _collect(self) -> bool:
         """Record every finished evaluation; True if a slot became idle."""
         freed = False
-        for index, job in list(self.running.items()):
-            try:
-                result = self.session.poll(index)
-            except EvalError as exc:
-                result = exc
-            if result is None:
-                continue
-            del self.running[index]
-            self.board.finished(index)
+        for index, job, result in self.session.finished(self.running, self.board):
             freed = True
             if isinstance(result, Exception):
                 self._failed(job, result)

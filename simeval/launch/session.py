@@ -27,10 +27,10 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simeval.checkpoints import CheckpointError
 from simeval.envs import check_env
@@ -44,7 +44,9 @@ from simeval.launch.plan import EvalPlan, plan_for
 if TYPE_CHECKING:
     from simeval.caller.evaluator import Evaluator
     from simeval.checkpoints import Checkpoint
+    from simeval.launch.progress import ProgressBoard
 
+J = TypeVar("J")  # a loop's job: what it dispatched to a slot
 PLAN_KEYS = ("env", "obs_norm", "policy_factory", "policy_kwargs")
 
 
@@ -210,6 +212,20 @@ class Session:
             self.busy.discard(index)
             self.held = True
         return result
+
+    def finished(self, running: dict[int, J], board: ProgressBoard) -> Iterator[tuple[int, J, dict | EvalError]]:
+        """Each of ``running``'s rounds (slot -> job) that has finished, taken off ``running`` and ``board``:
+        ``(slot, job, its result or its EvalError)``."""
+        for index, job in list(running.items()):
+            try:
+                result = self.poll(index)
+            except EvalError as exc:
+                result = exc
+            if result is None:
+                continue
+            del running[index]
+            board.finished(index)
+            yield index, job, result
 
     def close(self) -> None:
         """Shut every evaluator down (a later job builds them again)."""

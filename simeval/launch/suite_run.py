@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs import check_env
+from simeval.episode_values import checked
 from simeval.launch.cells import BoundsError
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.pipeline import Jobs, Pipeline, resume
 from simeval.launch.suite import Cell, Suite, check_conditions, load_suite
 from simeval.records import plain
-from simeval.sequential import checked
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint

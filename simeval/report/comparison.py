@@ -40,7 +40,7 @@ import numpy as np
 from simeval import stats
 from simeval.records import plain
 from simeval.report.runs import merge_looks
-from simeval.sequential import LookPlan, SequentialMean, SequentialPaired, verdict_of
+from simeval.sequential import LookPlan, SequentialPaired, verdict_of
 
 NOMINAL = "nominal"  # the condition of a plain (non-suite) evaluation
 FIXED = "fixed"  # the stop column of a fixed-n cell
@@ -72,6 +72,8 @@ METHODS = {
     "betting": "betting interval under the declared bounds (finite-sample)",
     "t-mixture CS": "the adaptive run's t-mixture confidence sequence, replayed over its looks",
     "betting CS": "the adaptive run's betting confidence sequence (declared bounds), replayed over its looks",
+    "group-sequential": "the adaptive run's planned looks: a group-sequential design's repeated intervals "
+    "(O'Brien-Fleming-type spending), replayed over its looks",
 }
 Cell = tuple[str, str]  # (task, condition)
 
@@ -115,7 +117,8 @@ class CellResult:
         returns_a: A's per-episode returns on the paired episodes (every compared look's, in look order).
         returns_b: B's, in the same order.
         paired: the return's comparison; ``paired.diff`` is the interval, ``paired.verdict`` its verdict,
-            ``paired.method`` the procedure (``t``, ``betting``, ``t-mixture CS``, ``betting CS``).
+            ``paired.method`` the procedure (``t``, ``betting``, ``t-mixture CS``, ``betting CS``,
+            ``group-sequential``).
         confidence: the level of the return's interval (the cell's share of the family).
         spend: the cell's share of the family-wise error (return and success together).
         family: who set the cell's share: ``("fixed", alpha, cells)`` or ``(rule, alpha, rows)`` of a look plan.
@@ -442,7 +445,7 @@ def _plan(line: Mapping[str, Any], cell: Cell, where: str) -> LookPlan:
         raise CompareError(str(exc)) from None
 
 
-_PLAN_FIELDS = ("rule", "alpha", "rows", "look_every", "margin")  # what the paired replay depends on
+_PLAN_FIELDS = ("rule", "alpha", "rows", "look_every", "margin", "design")  # what the paired replay depends on
 
 
 def _adaptive_cell(
@@ -469,6 +472,11 @@ def _adaptive_cell(
                 f"cell {name}: the runs' look plans differ in {key} ({getattr(plan_a, key)!r} in {dir_a}, "
                 f"{getattr(plan_b, key)!r} in {dir_b}): compare runs launched with the same plan."
             )
+    if plan_a.design == "planned" and plan_a.max_episodes != plan_b.max_episodes:
+        raise CompareError(
+            f"cell {name}: planned looks up to {plan_a.max_episodes} episodes in {dir_a} and {plan_b.max_episodes} "
+            f"in {dir_b}: a group-sequential design's boundaries depend on its budget; compare runs of one plan."
+        )
     plan = dataclasses.replace(plan_a, max_episodes=min(plan_a.max_episodes, plan_b.max_episodes))
     if len(looks_a) != have_a or len(looks_b) != have_b or have_a != have_b:
         warnings.append(
@@ -515,7 +523,7 @@ def _adaptive_cell(
         described,
         diff=stats.Interval(seq.diff, seq.low, seq.high),
         verdict=seq.verdict,
-        method="betting CS" if bounds is not None else "t-mixture CS",
+        method=_sequence_method(plan, bounds),
     )
     success = None
     if success_seq is not None:
@@ -562,6 +570,13 @@ def _decided_stop(
     return replayed
 
 
+def _sequence_method(plan: LookPlan, bounds: tuple[float, float] | None) -> str:
+    """The name (a key of :data:`METHODS`) of the sequence ``plan.paired`` gives a cell with ``bounds``."""
+    if bounds is not None:
+        return "betting CS"
+    return "group-sequential" if plan.design == "planned" else "t-mixture CS"
+
+
 def _precise_stop(
     looks_a: Mapping[int, dict],
     looks_b: Mapping[int, dict],
@@ -575,7 +590,7 @@ def _precise_stop(
     name = _name(cell)
     reasons = []
     for looks, plan, where in ((looks_a, plans[0], dirs[0]), (looks_b, plans[1], dirs[1])):
-        seq: SequentialMean = plan.mean(bounds, f"{name} of {where}")
+        seq = plan.mean(bounds, f"{name} of {where}")
         count = _prefix(looks)
         try:
             for k in range(count):
