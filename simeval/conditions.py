@@ -9,7 +9,10 @@ own seed. Three kinds:
   below VecNorm): ``observation_noise`` (Gaussian std, in the observation's own
   units), ``action_noise`` (Gaussian std added to the action the env gets),
   ``action_delay`` (the env gets the action of ``k`` steps earlier; the first
-  ``k`` actions of an episode are zero), ``action_scale`` (the action is
+  ``k`` actions of an episode are zero), ``inference_delay`` (inference latency in
+  control steps: the policy's answer to step ``t``'s observation reaches the env at
+  step ``t + d``, when it is asked again; meanwhile the last answer is held, zeros
+  before the first; ``d = 1`` equals ``action_delay: 1``), ``action_scale`` (the action is
   multiplied by it: actuator strength; the env's own limits still apply);
 * simulator-native, on the native MuJoCo env (``backend="native"``):
   ``body_mass_scale`` (every body's mass and inertia), ``friction_scale``
@@ -40,7 +43,7 @@ from typing import Any
 import numpy as np
 
 # Applied by simeval around any env.
-GENERIC = ("observation_noise", "action_noise", "action_delay", "action_scale")
+GENERIC = ("observation_noise", "action_noise", "action_delay", "inference_delay", "action_scale")
 # Set in the simulation itself; the native MuJoCo env only.
 PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
 CFG = "cfg"
@@ -57,6 +60,7 @@ KIND_OF = {
     "observation_noise": "observation",
     "action_noise": "action",
     "action_delay": "action",
+    "inference_delay": "action",
     "action_scale": "action",
     **dict.fromkeys(PHYSICS, "physics"),
     CFG: "task_config",
@@ -66,6 +70,7 @@ _RULES: dict[str, tuple[float | None, bool, bool]] = {
     "observation_noise": (0.0, True, False),
     "action_noise": (0.0, True, False),
     "action_delay": (0.0, True, True),
+    "inference_delay": (0.0, True, True),
     "action_scale": (0.0, False, False),
     "body_mass_scale": (0.0, False, False),
     "friction_scale": (0.0, True, False),

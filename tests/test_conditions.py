@@ -53,6 +53,7 @@ def test_episode_seeds_are_fixed_numbers_and_distinct():
     [
         ({"observation_noise": -0.1}, "observation_noise must be >= 0"),
         ({"action_delay": 1.5}, "whole number"),
+        ({"inference_delay": -1}, "inference_delay must be >= 0"),
         ({"body_mass_scale": [1.5, 1.2]}, "low > high"),
         ({"body_mass_scale": [1.0, 1.2, 3]}, "[low, high]"),
         ({"gravityy": -9}, "unknown setting 'gravityy'"),
@@ -105,6 +106,22 @@ def test_action_delay_feeds_the_action_of_k_steps_before_and_zeros_first():
     shifted = torch.cat([torch.zeros(2, 2, 6), actions[:-2]])
     nominal, _ = _steps(None, shifted)
     assert torch.equal(delayed, nominal)
+
+
+def test_inference_delay_holds_each_answer_until_the_next_arrives_and_composes_with_action_delay():
+    actions = _actions(steps=7)
+    zero = torch.zeros(2, 6)
+    # asked at t = 0, 2, 4, 6; each answer reaches the env two steps later and is held for two
+    held = torch.stack([zero, zero, actions[0], actions[0], actions[2], actions[2], actions[4]])
+    lagged, _ = _steps({"inference_delay": 2}, actions)
+    nominal, _ = _steps(None, held)
+    assert torch.equal(lagged, nominal)
+    # actuation latency on top: the held answers, one step later
+    both, _ = _steps({"inference_delay": 2, "action_delay": 1}, actions)
+    assert torch.equal(both, _steps(None, torch.cat([zero[None], held[:-1]]))[0])
+    # one step of inference latency is one step of action delay; none is the nominal env
+    assert torch.equal(_steps({"inference_delay": 1}, actions)[0], _steps({"action_delay": 1}, actions)[0])
+    assert torch.equal(_steps({"inference_delay": 0}, actions)[0], _steps(None, actions)[0])
 
 
 def test_action_scale_multiplies_the_action():

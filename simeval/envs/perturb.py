@@ -125,7 +125,10 @@ class Perturb(Transform):
             "action_noise": torch.zeros(n, **zeros),
             "action_scale": torch.ones(n, **zeros),
             "action_delay": torch.zeros(n, dtype=torch.long, device=device),
+            "inference_delay": torch.zeros(n, dtype=torch.long, device=device),
             "history": torch.zeros(n, self._max_delay + 1, action_width, **zeros),
+            "held": torch.zeros(n, action_width, **zeros),  # inference_delay: the answer the env gets now
+            "asked": torch.zeros(n, action_width, **zeros),  # and the one on its way
         }
         return self._state
 
@@ -149,11 +152,13 @@ class Perturb(Transform):
         device = state["seed"].device
         dev_ids = ids.to(device)
         state["seed"][dev_ids] = torch.tensor(seeds, dtype=torch.long, device=device)
-        for name in ("observation_noise", "action_noise", "action_scale", "action_delay"):
+        for name in ("observation_noise", "action_noise", "action_scale", "action_delay", "inference_delay"):
             if name in drawn:
                 state[name][dev_ids] = torch.tensor(drawn[name], dtype=state[name].dtype, device=device)
         state["t"][dev_ids] = 0
         state["history"][dev_ids] = 0.0
+        state["held"][dev_ids] = 0.0
+        state["asked"][dev_ids] = 0.0
         physics = {name: np.asarray(drawn[name]) for name in self.condition.physics}
         if physics:
             self._env().set_physics(ids.numpy().astype(np.int64), physics)
@@ -191,12 +196,20 @@ class Perturb(Transform):
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         values = self.condition.values
-        if not any(name in values for name in ("action_noise", "action_delay", "action_scale")):
+        if not any(name in values for name in ("action_noise", "action_delay", "inference_delay", "action_scale")):
             return tensordict
         state = self._ensure_state()
         action = tensordict.get(self.action_key)
         n = state["t"].numel()
         applied = action.reshape(n, -1).to(torch.float64)
+        if "inference_delay" in values:
+            # each sub-env asks at t = 0, d, 2d, ... of its episode; the answer arrives d steps later
+            d = state["inference_delay"]
+            lagged = d > 0
+            asks = lagged & (state["t"] % d.clamp(min=1) == 0)
+            state["held"][asks] = state["asked"][asks]
+            state["asked"][asks] = applied[asks]
+            applied = torch.where(lagged.unsqueeze(-1), state["held"], applied)
         if "action_delay" in values:
             history = state["history"]
             history[:, :-1] = history[:, 1:].clone()
