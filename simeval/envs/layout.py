@@ -115,22 +115,43 @@ def quiet_vecnorm() -> None:
     )
 
 
-def append_layout(env: TransformedEnv, max_steps: int | None, obs_norm: bool) -> None:
-    """Append the layout every env shares: DoubleToFloat, StepCounter, VecNormV2 (with ``obs_norm``), RewardSum.
+STATE_KEY = "observation.state"  # where an env with cameras keeps the vector VecNorm normalises (LeRobot's key)
+IMAGE_PREFIX = "observation.images."
+
+
+def append_layout(
+    env: TransformedEnv,
+    max_steps: int | None,
+    obs_norm: bool,
+    cameras: tuple[str, ...] = (),
+    frame_stack: int = 1,
+) -> None:
+    """Append the layout every env shares: DoubleToFloat, StepCounter, VecNormV2 (with ``obs_norm``), RewardSum;
+    with ``frame_stack > 1``, a CatFrames of the camera images last.
 
     VecNormV2 is then ``env.transform[2]`` (``OBS_NORM_ID``), on every backend and simulator.
 
     Args:
-        env: the TransformedEnv to append to (its base env observes ``observation``).
+        env: the TransformedEnv to append to (its base env observes ``observation``, or with
+            ``cameras`` ``observation.state`` and ``observation.images.<camera>``).
         max_steps: the StepCounter's cap (``None``: the task's own time limit only).
-        obs_norm: append the VecNormV2 (statistics shared across sub-envs).
+        obs_norm: append the VecNormV2 (statistics shared across sub-envs), on the state only.
+        cameras: the cameras the base env observes.
+        frame_stack: each camera's last ``frame_stack`` images, stacked along the channels
+            (``3 * frame_stack``; the first image of an episode repeated before it has more).
     """
     from torchrl.envs import DoubleToFloat, RewardSum, StepCounter
     from torchrl.envs.transforms import VecNormV2
 
+    if frame_stack < 1 or (frame_stack > 1 and not cameras):
+        raise ValueError(f"frame_stack stacks camera images: give cameras and frame_stack >= 1, got {frame_stack}.")
     env.append_transform(DoubleToFloat())
     env.append_transform(StepCounter(max_steps))
     if obs_norm:
         quiet_vecnorm()
-        env.append_transform(VecNormV2(in_keys=["observation"], reduce_batch_dims=True))
+        env.append_transform(VecNormV2(in_keys=[STATE_KEY if cameras else "observation"], reduce_batch_dims=True))
     env.append_transform(RewardSum())
+    if frame_stack > 1:
+        from simeval.envs.frame_stack import StackFrames
+
+        env.append_transform(StackFrames([IMAGE_PREFIX + c for c in cameras], frame_stack))

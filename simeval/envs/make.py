@@ -11,10 +11,10 @@ checkpoints and ``OBS_NORM_ID`` fit them all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.simulators import EnvRequest, check_condition, simulator_for
+from simeval.envs.simulators import EnvRequest, check_condition, registered, simulator_for
 
 if TYPE_CHECKING:
     from torchrl.envs import TransformedEnv
@@ -40,6 +40,9 @@ def make_env(
     groups: int | None = None,
     condition: Condition | Mapping[str, Any] | None = None,
     cfg_overrides: dict | None = None,
+    cameras: Sequence[str] = (),
+    image_size: int | tuple[int, int] = 64,
+    frame_stack: int = 1,
 ) -> TransformedEnv:
     """A batched torchrl env for a gymnasium task.
 
@@ -92,6 +95,13 @@ def make_env(
             lacks, a callable or a class (a term's ``func``, a ``"module:attr"`` string), or a value
             that would replace a callable or a config object is a ValueError (change such fields
             in the config itself, in Python).
+        cameras: the model's cameras each sub-env observes at every step (native MuJoCo:
+            e.g. ``["track"]``): the observation is then ``observation.state`` (the task's
+            vector, the only one VecNorm and observation noise touch) and
+            ``observation.images.<camera>``, float32 ``(3, H, W)`` in [0, 1], LeRobot's
+            keys. Rendered on the CPU (``MUJOCO_GL=egl`` or ``osmesa`` when headless).
+        image_size: the images' side, or ``(height, width)``.
+        frame_stack: each camera's last ``frame_stack`` images stacked along the channels.
     """
     from simeval.conditions import Condition  # NumPy: simeval.envs loads none until it builds an env
 
@@ -103,7 +113,15 @@ def make_env(
     if not isinstance(condition, Condition):
         condition = Condition.parse(condition)
     check_condition(name, condition, backend)
+    if cameras and not sim.cameras:
+        able = " and ".join(s.title for s in registered() if s.cameras) or "no simulator installed here"
+        raise ValueError(f"{name}: {sim.title} envs observe no cameras; {able} envs do.")
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     options = {"render": render, "num_threads": num_threads, "exact_contact_forces": exact_contact_forces}
+    if cameras:
+        options |= {"cameras": tuple(cameras), "image_size": (int(height), int(width)), "frame_stack": frame_stack}
+    elif frame_stack != 1:
+        raise ValueError(f"frame_stack stacks camera images: give cameras, or frame_stack 1 (got {frame_stack}).")
     request = EnvRequest(
         name=name,
         num_envs=num_envs,

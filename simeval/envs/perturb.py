@@ -27,7 +27,7 @@ from torchrl.envs import EnvBase, TransformedEnv
 from torchrl.envs.transforms import Transform
 
 from simeval.conditions import Condition, episode_seed, round_seed
-from simeval.envs.layout import resets_itself
+from simeval.envs.layout import IMAGE_PREFIX, resets_itself
 
 # splitmix64's constants, as signed int64 (torch has no uint64 arithmetic).
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
@@ -66,7 +66,7 @@ class Perturb(Transform):
         condition: the condition (its ``cfg`` overrides are the env builder's
             business, not this transform's).
         observation_keys: the observations that get noise (None: every
-            floating-point leaf of the env's observation spec).
+            floating-point leaf of the env's observation spec but camera images).
         action_key: the action the delay, scale and noise apply to.
     """
 
@@ -113,7 +113,10 @@ class Perturb(Transform):
         if self.observation_keys is None:
             spec = env.observation_spec
             self.observation_keys = [
-                k for k in spec.keys(True, True) if spec[k].dtype in (torch.float16, torch.float32, torch.float64)
+                k
+                for k in spec.keys(True, True)
+                if spec[k].dtype in (torch.float16, torch.float32, torch.float64)
+                and not str(k).startswith(IMAGE_PREFIX)  # noise is in the state's units: camera images keep theirs
             ]
         action_width = int(np.prod(env.full_action_spec[self.action_key].shape[len(env.batch_size) :]) or 1)
         zeros = {"device": device, "dtype": torch.float64}

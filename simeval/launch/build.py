@@ -47,6 +47,9 @@ def build_env(
     *,
     num_envs: int,
     condition: Condition | None = None,
+    cameras: tuple[str, ...] = (),
+    image_size: int = 64,
+    frame_stack: int = 1,
 ) -> EnvBase:
     """The env a worker evaluates on: ``make_env``'s (with a suite cell's ``condition``), and the ``--video`` recorder.
 
@@ -68,6 +71,7 @@ def build_env(
         render=bool(video_dir),
         backend=backend,
         condition=condition,
+        **({"cameras": cameras, "image_size": image_size, "frame_stack": frame_stack} if cameras else {}),
     )
     if video_dir:
         from simeval.launch.video import EpisodeVideo
@@ -116,6 +120,9 @@ def make_evaluator(
             cfg.env_backend,
             num_envs=cfg.num_envs,
             condition=condition,
+            cameras=tuple(cfg.cameras),
+            image_size=cfg.image_size,
+            frame_stack=cfg.frame_stack,
         ),
         policy_factory=functools.partial(
             build_policy,

@@ -64,6 +64,15 @@ class LaunchConfig:
         "(default: native for the tasks it has, else gymnasium)",
     )
     num_envs: int = _opt(8, "batched sub-envs")
+    cameras: list = _opt(
+        list,
+        f"cameras each sub-env observes ({', '.join(s.title for s in registered() if s.cameras)} envs; e.g. track): "
+        "the policy then reads observation.state and observation.images.<camera>, float (3, H, W) in [0, 1]",
+        nargs="+",
+        metavar="CAMERA",
+    )
+    image_size: int = _opt(64, "--cameras: the images' side in pixels")
+    frame_stack: int = _opt(1, "--cameras: each camera's last N images, stacked along the channels")
     episodes: int = _opt(16, "complete episodes per evaluation")
     time_budget: float | None = _opt(
         None,
@@ -173,6 +182,22 @@ class LaunchConfig:
         action="extend",
     )
 
+    def _check_cameras(self) -> None:
+        if not self.cameras:
+            for name, default in (("image_size", 64), ("frame_stack", 1)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"--{name.replace('_', '-')} sets the camera images: add --cameras CAMERA.")
+            return
+        if not 1 <= self.image_size <= 1024:
+            raise ConfigError(f"--image-size must be 1..1024 pixels, got {self.image_size}.")
+        if self.frame_stack < 1:
+            raise ConfigError(f"--frame-stack must be >= 1, got {self.frame_stack}.")
+        if not self.policy:
+            raise ConfigError(
+                "--cameras: a checkpoint's own policy reads the state vector only; give --policy module:factory "
+                "building one that reads observation.state and observation.images.<camera>."
+            )
+
     def validate(self) -> LaunchConfig:
         """Check the settings together and normalise ``info_keys``; returns ``self``, or raises :class:`ConfigError`."""
         for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS), ("design", DESIGNS)):
@@ -224,6 +249,7 @@ class LaunchConfig:
         for name in ("num_envs", "episodes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        self._check_cameras()
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {self.max_steps}.")
         if self.time_budget is not None:

@@ -32,8 +32,9 @@ class EnvRequest:
     """What :func:`simeval.envs.make_env` was asked for, handed to :meth:`Simulator.make`.
 
     ``options`` holds the settings only some simulators read (``render``, ``num_threads``,
-    ``groups``, ``exact_contact_forces``); a simulator ignores those it has no use for, as
-    :func:`~simeval.envs.make_env` documents.
+    ``groups``, ``exact_contact_forces``, ``cameras``, ``image_size``, ``frame_stack``); a
+    simulator ignores those it has no use for, as :func:`~simeval.envs.make_env` documents
+    (``cameras`` only reach a simulator whose :attr:`Simulator.cameras` says it has them).
     """
 
     name: str
@@ -92,6 +93,8 @@ class Simulator(ABC):
             (unless already set) before the simulator loads where frames are asked for.
         settings_env: environment variables that are its rendering settings, passed from the
             host into a container.
+        cameras: whether its envs observe camera images (``make_env(cameras=...)``: the
+            ``observation.state`` and ``observation.images.<camera>`` keys).
     """
 
     name: ClassVar[str]
@@ -102,6 +105,7 @@ class Simulator(ABC):
     init_fn: ClassVar[str | None] = None
     render_env: ClassVar[Mapping[str, str]] = {}
     settings_env: ClassVar[tuple[str, ...]] = ()
+    cameras: ClassVar[bool] = False
 
     def headless_env(self) -> dict[str, str]:
         """The environment its frames render under headless on this machine (:attr:`render_env` by default).

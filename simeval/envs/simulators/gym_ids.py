@@ -42,7 +42,13 @@ class GymIdSimulator(Simulator):
 
         base = self.base_env(request)
         env = TransformedEnv(perturbed(base, request.condition), auto_unwrap=False)
-        append_layout(env, request.max_steps, request.obs_norm)
+        append_layout(
+            env,
+            request.max_steps,
+            request.obs_norm,
+            cameras=tuple(request.options.get("cameras") or ()),
+            frame_stack=int(request.options.get("frame_stack") or 1),
+        )
         if request.seed is not None:
             env.set_seed(request.seed)
         return env

@@ -36,6 +36,7 @@ class NativeMujoco(GymIdSimulator):
     render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads (headless_env picks EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
     capabilities = frozenset({"observation", "action", "physics"})
+    cameras = True
 
     def tasks(self) -> tuple[str, ...]:
         """:data:`NATIVE_TASKS`."""
@@ -62,6 +63,8 @@ class NativeMujoco(GymIdSimulator):
             exact_contact_forces=bool(options.get("exact_contact_forces", False)),
             render_mode="rgb_array" if options.get("render") else None,
             groups=options.get("groups"),
+            cameras=tuple(options.get("cameras") or ()),
+            image_size=options.get("image_size") or (64, 64),
         )
 
     def owns(self, base: EnvBase) -> bool:
@@ -70,11 +73,12 @@ class NativeMujoco(GymIdSimulator):
         return env_module is not None and type(base) is env_module.MujocoBatchEnv
 
     def round_source(self, env: EnvBase) -> DirectRound | None:
-        """The direct engine (groups overlapped) on a CPU MujocoBatchEnv under make_env's layout, else None."""
+        """The direct engine (groups overlapped) on a CPU MujocoBatchEnv without cameras under make_env's layout,
+        else None."""
         from simeval.envs.layout import plain_transforms, unwrap
 
         base, transforms = unwrap(env)
-        if base.device is not None and base.device.type != "cpu":
+        if (base.device is not None and base.device.type != "cpu") or base.cameras:
             return None
         found = plain_transforms(transforms)
         return None if found is None else DirectRound(base, found)

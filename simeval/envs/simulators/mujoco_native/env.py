@@ -27,11 +27,65 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY
 from simeval.envs.simulators.mujoco_native.groups import SimGroup, split
 from simeval.envs.simulators.mujoco_native.tasks import get_task, load_model, sub_env_generators
 
 if TYPE_CHECKING:
     import mujoco
+
+
+MAX_IMAGE_SIDE = 1024
+
+
+def image_key(camera: str) -> str:
+    """The observation key of ``camera``'s images (LeRobot's ``observation.images.<camera>``)."""
+    return IMAGE_PREFIX + camera
+
+
+class _Eyes:
+    """One renderer and one scratch MjData that render every sub-env's cameras, one sub-env after the other.
+
+    Made in the thread that steps the env (an OpenGL context belongs to its thread).
+    """
+
+    def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: tuple[int, int]) -> None:
+        import mujoco
+
+        height, width = size
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+        self.model, self.cameras, self.size = model, cameras, size
+        self.data = mujoco.MjData(model)
+        self.ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, c) for c in cameras]
+        # The model's 4096-pixel shadow map and 4x multisampling cost 90 ms a frame in software OpenGL:
+        # a map four times the image's side (at least 256) and none, for this renderer only.
+        quality = model.vis.quality
+        kept = quality.shadowsize, quality.offsamples
+        quality.shadowsize, quality.offsamples = max(256, 4 * max(height, width)), 0
+        try:
+            self.renderer = mujoco.Renderer(model, height=height, width=width)
+        finally:
+            quality.shadowsize, quality.offsamples = kept
+
+    def render(self, groups: list[SimGroup]) -> dict[str, np.ndarray]:
+        """Each camera's frames of every sub-env, ``(num_envs, H, W, 3)`` uint8, in sub-env order."""
+        import mujoco
+
+        n = sum(g.size for g in groups)
+        frames = {c: np.empty((n, *self.size, 3), dtype=np.uint8) for c in self.cameras}
+        for g in groups:
+            for local in range(g.size):
+                data = g.batch.get_data(local, self.data)
+                mujoco.mj_forward(self.model, data)
+                for camera, cam_id in zip(self.cameras, self.ids, strict=True):
+                    self.renderer.update_scene(data, camera=cam_id)
+                    self.renderer.render(out=frames[camera][g.first + local])
+        return frames
+
+    def close(self) -> None:
+        """Free the renderer's OpenGL context."""
+        self.renderer.close()
 
 
 def _available_cpus() -> int:
@@ -77,6 +131,13 @@ class MujocoBatchEnv(EnvBase):
         render_mode: ``"rgb_array"`` says the env is meant to render (as
             gymnasium's attribute of that name: frame recorders look at it);
             :meth:`render` works either way when an OpenGL backend is set.
+        cameras: the model's cameras every sub-env observes at every step (e.g. ``("track",)``):
+            the observation is then ``observation.state`` (the task's vector) and
+            ``observation.images.<camera>``, float32 ``(3, H, W)`` in [0, 1] (LeRobot's
+            keys and layout), rendered by MuJoCo's renderer on the CPU (an OpenGL
+            context: ``MUJOCO_GL=egl`` or ``osmesa`` headless) in the stepping thread.
+            ``()``: the plain ``observation`` vector, nothing rendered.
+        image_size: (height, width) of the camera observations.
         groups: the sub-envs are kept in this many contiguous groups (1 or 2), each
             its own ``mujoco.batch.Batch`` (``None``: 1). A torchrl step steps them
             one after the other (same numbers either way); simeval's rollout steps
@@ -100,6 +161,8 @@ class MujocoBatchEnv(EnvBase):
         render_size: tuple[int, int] = (240, 240),
         render_mode: str | None = None,
         groups: int | None = None,
+        cameras: tuple[str, ...] | list[str] = (),
+        image_size: tuple[int, int] = (64, 64),
     ) -> None:
         import mujoco
 
@@ -129,6 +192,19 @@ class MujocoBatchEnv(EnvBase):
         self._render_size = render_size
         self.render_mode = render_mode
         self._renderer = None
+        self.cameras = tuple(cameras)
+        self.image_size = (int(image_size[0]), int(image_size[1]))
+        self._eyes: _Eyes | None = None
+        if self.cameras:
+            known = [mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(self._model.ncam)]
+            unknown = [c for c in self.cameras if c not in known]
+            if unknown:
+                raise ValueError(
+                    f"{task}: no camera {', '.join(map(repr, unknown))} in its model; its cameras: "
+                    f"{', '.join(map(repr, known)) or 'none'}."
+                )
+            if min(self.image_size) < 1 or max(self.image_size) > MAX_IMAGE_SIDE:
+                raise ValueError(f"image_size must be 1..{MAX_IMAGE_SIDE} pixels a side, got {image_size!r}.")
         self._make_specs()
         self.is_closed = False
 
@@ -136,10 +212,14 @@ class MujocoBatchEnv(EnvBase):
     def _make_specs(self) -> None:
         n, nu = self._n, self._model.nu
         bounds = self._model.actuator_ctrlrange.astype(np.float32)  # gymnasium's action space
-        self.observation_spec = Composite(
-            observation=Unbounded(shape=(n, self.obs_dim), dtype=torch.float32, device=self.device),
-            shape=(n,),
-        )
+        state = Unbounded(shape=(n, self.obs_dim), dtype=torch.float32, device=self.device)
+        if self.cameras:
+            height, width = self.image_size
+            image = {"low": 0.0, "high": 1.0, "shape": (n, 3, height, width), "dtype": torch.float32}
+            keys = {STATE_KEY: state} | {image_key(c): Bounded(**image, device=self.device) for c in self.cameras}
+            self.observation_spec = Composite(keys, shape=(n,))
+        else:
+            self.observation_spec = Composite(observation=state, shape=(n,))
         self.action_spec = Bounded(
             low=torch.as_tensor(bounds[:, 0]).expand(n, nu),
             high=torch.as_tensor(bounds[:, 1]).expand(n, nu),
@@ -207,7 +287,7 @@ class MujocoBatchEnv(EnvBase):
             g.observe(obs[g.rows])
         false = torch.zeros((self._n, 1), dtype=torch.bool)
         out = {
-            "observation": torch.from_numpy(obs),
+            **self._observations(obs),
             "done": false,
             "terminated": false.clone(),
             "truncated": false.clone(),
@@ -228,7 +308,7 @@ class MujocoBatchEnv(EnvBase):
         terminated = torch.from_numpy(terminated).unsqueeze(-1)
         truncated = torch.from_numpy(truncated).unsqueeze(-1)
         out = {
-            "observation": torch.from_numpy(obs),
+            **self._observations(obs),
             "reward": torch.from_numpy(reward.astype(np.float32)).unsqueeze(-1),
             "done": terminated | truncated,
             "terminated": terminated,
@@ -245,6 +325,17 @@ class MujocoBatchEnv(EnvBase):
         elapsed = self.elapsed[g.rows]
         elapsed += 1
         return reward, terminated, elapsed >= self.max_episode_steps
+
+    def _observations(self, obs: np.ndarray) -> dict[str, torch.Tensor]:
+        """The step's observation entries: ``observation``, or the state and every camera's images."""
+        if not self.cameras:
+            return {"observation": torch.from_numpy(obs)}
+        if self._eyes is None:
+            self._eyes = _Eyes(self._model, self.cameras, self.image_size)
+        frames = self._eyes.render(self.groups)
+        return {STATE_KEY: torch.from_numpy(obs)} | {
+            image_key(c): torch.from_numpy(f).permute(0, 3, 1, 2).float().div_(255.0) for c, f in frames.items()
+        }
 
     def _wrap(self, out: dict) -> TensorDictBase:
         device = self.device
@@ -300,6 +391,9 @@ class MujocoBatchEnv(EnvBase):
         renderer, self._renderer = self._renderer, None
         if renderer is not None:
             renderer.close()
+        eyes, self._eyes = self._eyes, None
+        if eyes is not None:
+            eyes.close()
         super().close(raise_if_closed=raise_if_closed)
 
     def __repr__(self) -> str:
