@@ -34,7 +34,7 @@ $(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
 endif
 PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
-.PHONY: demo test test-lane-two test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill isaaclab mjlab maniskill lint docs bench bench-native bench-isaaclab clean
+.PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill isaaclab mjlab maniskill lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	@tools/lane-time start venv
@@ -42,6 +42,9 @@ $(STAMP): pyproject.toml constraints-ci.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
 	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle,mutate]"
+	# openpi's client, the oracle of tests/test_remote_policy.py: without its dependencies (it pins numpy < 2;
+	# its client needs only websockets and msgpack, which the test extra brings).
+	$(PY) -m pip install --quiet --no-deps "openpi-client==0.1.2"
 	touch $@
 	@tools/lane-time end venv
 
@@ -109,12 +112,15 @@ demo: $(DEMO_STAMP)
 # prints each lane's wall time.
 DOCKER_TESTS := tests/test_docker.py
 LONG_TESTS := tests/test_fuzz.py tests/test_faults.py tests/test_soak.py
+# Every Python block and launcher command of README.md and docs/*.md (Sybil; docs/development.md, "The documentation").
+DOCS_TESTS := tests/test_docs_snippets.py
 
 test: $(STAMP)
 	$(MAKE) -j2 test-core-main test-lane-two
 
 test-lane-two: $(STAMP)
 	$(MAKE) docs
+	$(MAKE) test-docs-snippets
 	$(MAKE) test-isaaclab
 	$(MAKE) test-core-docker
 	$(MAKE) test-core-long
@@ -131,10 +137,14 @@ test-core: test-core-main test-core-docker test-core-long
 
 test-core-main: $(STAMP) lint
 	tools/lane-time run core env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS) \
-		$(addprefix --ignore=,$(LONG_TESTS))
+		$(addprefix --ignore=,$(LONG_TESTS)) --ignore=$(DOCS_TESTS)
 
 test-core-docker: $(STAMP)
 	tools/lane-time run docker env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCKER_TESTS)
+
+# The docs' snippets, in a session of their own (lane two, after the docs): small runs, by the pages' shrink markers.
+test-docs-snippets: $(STAMP)
+	tools/lane-time run docs-snippets env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCS_TESTS)
 
 test-core-long: $(STAMP)
 	tools/lane-time run core-long env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(LONG_TESTS)

@@ -11,11 +11,25 @@ look on the same session (:mod:`simeval.launch.adaptive`). ``--serve``
 starts a named Ray evaluator whose worker writes the same lines itself.
 SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing partial is
 written) and the process exits 0.
+
+Every input is checked before anything is created (the env, the watched
+directory, the suite, the checkpoint, the settings of the lines already in a
+reused ``--out``): ``OUT`` and the metrics logger's tree appear with the first
+write. A run into an ``--out`` whose lines were evaluated with other settings is
+refused in one line unless ``--append`` (:func:`check_reuse`). Known third-party
+noise (Ray's start-up lines) is hidden unless ``--verbose`` (:func:`third_party_output`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
 import threading
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from simeval.backends.ray_slots import check_capacity, ensure_ray
 from simeval.checkpoints import load_checkpoint
@@ -23,15 +37,26 @@ from simeval.envs import check_env
 from simeval.launch.cells import nominal
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError, LaunchConfig
+from simeval.launch.lines import run_settings
 from simeval.launch.pipeline import Jobs, Pipeline, resume
 from simeval.launch.plan import plan_for
-from simeval.launch.results import ResultsLog
+from simeval.launch.remote import remote_checkpoint
+from simeval.launch.results import ResultsLog, other_settings, reuse_refusal
 from simeval.launch.session import Session, install_stop_handlers
 from simeval.launch.sources import CheckpointSource, One, Watcher, check_watch_dir
+
+if TYPE_CHECKING:
+    from simeval.checkpoints import Checkpoint
+    from simeval.launch.suite import Suite
 
 
 def run(parsed: Parsed, out: str) -> int:
     """Run the mode the config asks for; every result goes to OUT/results.jsonl."""
+    with third_party_output(parsed.cfg.verbose):
+        return _run(parsed, out)
+
+
+def _run(parsed: Parsed, out: str) -> int:
     cfg = parsed.cfg
     stop = threading.Event()
     install_stop_handlers(stop)
@@ -42,21 +67,29 @@ def run(parsed: Parsed, out: str) -> int:
             raise ConfigError(str(exc)) from None
     if cfg.source == "watch" and not cfg.suite:
         check_watch_dir(cfg.watch)
-    log = None
-    if not cfg.adaptive:  # an adaptive run writes OUT/a and OUT/b (or OUT) itself
-        log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)
-        print(f"results: {log.path}", flush=True)
     suite = None
     if cfg.suite:
         from simeval.launch.suite_run import check_suite  # suites load NumPy (conditions): only a suite run does
 
         suite = check_suite(parsed)
+    log = ck = None
+    if not cfg.adaptive:  # an adaptive run writes OUT/a and OUT/b (or OUT) itself, and checks their lines
+        log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)  # creates nothing: checks OUT's files
+        if cfg.source == "checkpoint":  # an adaptive run loads --checkpoint and --baseline itself
+            ck = load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
+        elif cfg.source == "policy_server":
+            ck = remote_checkpoint(cfg)
+        if not cfg.append:
+            check_reuse(parsed, log, suite, ck)
     if cfg.backend == "ray":  # the one capacity check: before any worker is asked for
         check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
         install_stop_handlers(stop)  # ray.init installs its own SIGTERM handler: ours comes last
+    if log is not None:
+        print(f"results: {log.path}", flush=True)
     session = Session(parsed, out, stop)
     try:
         if cfg.source == "serve":
+            os.makedirs(out, exist_ok=True)  # the served worker appends to OUT/results.jsonl
             return serve(session)
         if cfg.adaptive:
             from simeval.launch.adaptive import run_adaptive  # sequential statistics: NumPy
@@ -65,20 +98,149 @@ def run(parsed: Parsed, out: str) -> int:
         if suite is not None:
             from simeval.launch.suite_run import run_suite
 
-            return run_suite(session, log, suite, lambda seen: source_of(cfg, seen, stop))
-        if cfg.source == "checkpoint":  # one job: its failure is the run's error, nothing to resume
-            return Pipeline(session, log, Jobs(nominal, keep_going=False)).run(source_of(cfg, set(), stop))
+            return run_suite(session, log, suite, lambda seen: source_of(cfg, seen, stop, ck))
+        if cfg.source in ("checkpoint", "policy_server"):  # one job: its failure is the run's error, nothing to resume
+            return Pipeline(session, log, Jobs(nominal, keep_going=False)).run(source_of(cfg, set(), stop, ck))
         return run_watch(session, log)
     finally:
         session.close()
 
 
-def source_of(cfg: LaunchConfig, seen: set[str], stop: threading.Event) -> CheckpointSource:
-    """The run's source of weights: ``--checkpoint``'s file, loaded now, or a watcher skipping ``seen`` names."""
+def source_of(
+    cfg: LaunchConfig, seen: set[str], stop: threading.Event, ck: Checkpoint | None = None
+) -> CheckpointSource:
+    """The run's source of weights: ``--checkpoint``'s file (``ck``, or loaded now), or a watcher skipping ``seen``."""
     if cfg.source == "checkpoint":
-        return One(load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
+        return One(ck or load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
+    if cfg.source == "policy_server":
+        return One(ck or remote_checkpoint(cfg))
     check_watch_dir(cfg.watch)
     return Watcher(cfg.watch, seen, stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
+
+
+def check_reuse(parsed: Parsed, log: ResultsLog, suite: Suite | None, ck: Checkpoint | None) -> None:
+    """A ConfigError in one line when ``log``'s lines were evaluated with other settings than this run asks.
+
+    Compared, where a line records them (a line written before lines said their ``settings`` is compared on
+    what it says, the rest unknown): ``settings`` (episodes or time budget, num_envs, max_steps, seed, VecNorm
+    statistics used, the policy asked for), plain run or which suite, fixed or adaptive, the env backend, the
+    env (a plain run: ``--env`` given, or ``--checkpoint``'s plan) and a suite cell's settings, condition, bounds
+    and reference. A suite's cells the suite no longer has are not compared. ``--append`` skips this check.
+    """
+    cfg, explicit = parsed.cfg, parsed.explicit
+    backends: dict[str, Any] = {}
+
+    def env_backend(env: Any) -> Any:
+        """What this run's --env-backend makes of ``env`` (None: unknown here)."""
+        if env not in backends:
+            try:
+                backends[env] = check_env(env, cfg.env_backend) if isinstance(env, str) else None
+            except ValueError:
+                backends[env] = None
+        return backends[env]
+
+    def with_backend(now: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+        backend = env_backend(record.get("env"))
+        return {**now, "env_backend": backend} if backend is not None else now
+
+    if suite is None:
+        plain = {**run_settings(cfg), "suite": None, "adaptive": None}
+        env = _env_of(cfg, explicit, ck)
+        if env is not None:
+            plain["env"] = env
+
+        def now_of(record: dict[str, Any]) -> dict[str, Any] | None:
+            return with_backend(plain, record)
+
+    else:
+        from simeval.launch.suite_run import SuiteCell
+
+        cells = {c.key: SuiteCell(c, suite.name) for c in suite.cells()}
+        keys = ("seed", "num_envs", "max_steps", "condition_settings", "bounds", "reference")
+
+        def now_of(record: dict[str, Any]) -> dict[str, Any] | None:
+            if record.get("suite") != suite.name or "look" in record or "task" not in record:
+                return {"suite": suite.name, "adaptive": None}
+            cell = cells.get((record["task"], record["condition"]))
+            if cell is None:
+                return None  # a cell the suite no longer has: no line of this run's cells
+            context = cell.context()
+            now = {**run_settings(cell.config(cfg)), **{k: context.get(k) for k in keys}, "adaptive": None}
+            return with_backend(now, record)
+
+    found = other_settings(log.records(), now_of)
+    if found:
+        raise ConfigError(reuse_refusal(log.out_dir, found))
+
+
+def _env_of(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None) -> str | None:
+    """The env this run evaluates (as :func:`plan_for` decides it, without its warning), None where not known yet.
+
+    ``--env`` given; else ``--checkpoint``'s recorded env, or the default for a simeval checkpoint that records
+    none (a foreign one then fails at its evaluation, in its own words); a watched run's come with its checkpoints.
+    """
+    if "env" in explicit:
+        return cfg.env
+    if ck is None:
+        return None
+    if ck.env:
+        return ck.env
+    return cfg.env if ck.meta.get("format", "simeval") == "simeval" else None
+
+
+# Third-party lines a launcher run shows only with --verbose: (logger, what it drops).
+_RAY_NOISE = (
+    ("ray._private.worker", None),  # "Started a local Ray instance.", "Connected to Ray cluster.": its INFO lines
+    ("ray._private.authentication.authentication_token_setup", "Token authentication is enabled for this Ray"),
+)
+
+
+class _Drop(logging.Filter):
+    """Drop a logger's INFO and lower records (``text`` None), or its records that start with ``text``."""
+
+    def __init__(self, text: str | None) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.text is None:
+            return record.levelno >= logging.WARNING
+        return not str(record.msg).startswith(self.text)
+
+
+@contextlib.contextmanager
+def third_party_output(verbose: bool) -> Iterator[None]:
+    """Quiet by default, for this run only: known third-party lines hidden unless ``verbose``.
+
+    Without ``verbose``: Ray's start-up lines in this process (its INFO lines, the token-auth notice) are
+    dropped by filters on those loggers alone; torchrl's VecNormV2 warning is filtered where envs are built
+    (:func:`simeval.envs.layout.quiet_vecnorm`). With ``verbose``: every warning is shown (``-W default``, also
+    in worker processes and Ray actors started by this run, through ``PYTHONWARNINGS``) and Ray logs at INFO.
+    Everything is put back when the run ends: nothing is hidden for code outside the launcher.
+    """
+    if not verbose:
+        filters = [(logging.getLogger(name), _Drop(text)) for name, text in _RAY_NOISE]
+        for logger, drop in filters:
+            logger.addFilter(drop)
+        try:
+            yield
+        finally:
+            for logger, drop in filters:
+                logger.removeFilter(drop)
+        return
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = "default"  # worker processes and a local Ray cluster's workers inherit it
+    sys.warnoptions.append("default")  # quiet_vecnorm steps aside
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            yield
+    finally:
+        sys.warnoptions.remove("default")
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
 
 
 def run_watch(session: Session, log: ResultsLog) -> int:

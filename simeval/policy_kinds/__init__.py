@@ -1,7 +1,8 @@
 """The kinds of policies simeval runs, found through one registry.
 
 Built in: the in-process module (:class:`~simeval.policy_kinds.module.ModulePolicy`),
-which also runs exported ONNX graphs (their reader wraps onnxruntime in a module). A third
+which also runs exported ONNX graphs (their reader wraps onnxruntime in a module), and the
+remote policy server's client (:class:`~simeval.policy_kinds.remote.RemotePolicy`). A third
 party adds a kind (a remote policy server, say) by a :class:`PolicyKind` subclass and an
 entry point in the group ``simeval.policy_kinds`` (see the docs' "Adding a policy kind").
 What a policy declares (:class:`Acting`: observation history, action chunks) is run by
@@ -16,6 +17,7 @@ from typing import Any
 from simeval.plugins import plugins
 from simeval.policy_kinds.base import ACTING_ATTR, PLAIN, Acting, PolicyKind
 from simeval.policy_kinds.module import ModulePolicy
+from simeval.policy_kinds.remote import RemotePolicy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -30,21 +32,23 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "simeval.policy_kinds"
 FALLBACK = ModulePolicy()
+BUILT_IN: tuple[PolicyKind, ...] = (RemotePolicy(),)  # asked after installed kinds, before the module kind
 
 
 @functools.cache
 def registered() -> tuple[PolicyKind, ...]:
-    """Every kind, asked in order: installed packages' ``simeval.policy_kinds`` entry points, then the module kind.
+    """Every kind, asked in order: installed packages' ``simeval.policy_kinds`` entry points, the built-in kinds
+    (the remote client), then the module kind.
 
     An entry point names a :class:`PolicyKind` subclass (or instance); one that does not
     load, is not one, or takes a name already taken is a one-line ValueError naming it.
     """
     found: list[PolicyKind] = []
     for where, kind in plugins(ENTRY_POINT_GROUP, PolicyKind):
-        if kind.name in {k.name for k in (*found, FALLBACK)}:
+        if kind.name in {k.name for k in (*found, *BUILT_IN, FALLBACK)}:
             raise ValueError(f"{where}: the policy kind name {kind.name!r} is taken.")
         found.append(kind)
-    return (*found, FALLBACK)
+    return (*found, *BUILT_IN, FALLBACK)
 
 
 def kind_of(policy: Any) -> PolicyKind:

@@ -1,0 +1,214 @@
+"""The remote policy's client: a module ("observation" -> "action") whose forward asks a policy server.
+
+Built in the worker by :func:`simeval.policy_kinds.remote.remote_policy`. One WebSocket
+connection per worker, opened when the client is built (the server's metadata says its
+chunk length) and again at the next call after any failure, so a round after a server
+restart reconnects. A call sends one request per row back to back, then reads the replies
+in order within ``timeout_s``; every fault (no server, a closed connection, no reply in
+time, a text frame, a reply without ``actions``, a wrong shape, NaN, a message over the size
+cap) is a :class:`RemotePolicyError` in one line naming the server, and the round fails
+with it (an ``EvalError``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from simeval.policy_kinds.wire import TOKEN_ENV, WireError, packb, unpackb
+
+
+class RemotePolicyError(RuntimeError):
+    """A policy server that cannot be reached, stops answering, or answers what cannot be played."""
+
+
+class RemoteClientPolicy(TensorDictModuleBase):
+    """A policy server's client for ``obs_dim`` observations and ``act_dim`` actions (see the module docstring).
+
+    Args:
+        url: ``ws://HOST:PORT``.
+        obs_dim, act_dim: the env's observation and action sizes.
+        chunk: actions per reply (None: the server's metadata ``action_chunk``, else 1).
+        keys: ``{"state": <request key>, "actions": <reply key>}``.
+        timeout_s: the most seconds to connect, or to receive one call's replies.
+        max_message_bytes: the largest message read.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        obs_dim: int,
+        act_dim: int,
+        *,
+        chunk: int | None,
+        keys: dict[str, str],
+        timeout_s: float,
+        max_message_bytes: int,
+    ) -> None:
+        super().__init__()
+        self.in_keys, self.out_keys = ["observation"], ["action"]
+        self.url, self.obs_dim, self.act_dim = url, obs_dim, act_dim
+        self.keys, self.timeout_s, self.max_message_bytes = keys, float(timeout_s), int(max_message_bytes)
+        self._ws: Any = None
+        self.metadata = self._connect()
+        declared = self.metadata.get("action_chunk")
+        self.chunk = int(chunk if chunk is not None else declared if isinstance(declared, int) else 1)
+        for name, mine in (("obs_dim", obs_dim), ("action_dim", act_dim)):
+            theirs = self.metadata.get(name)
+            if isinstance(theirs, int) and theirs != mine:
+                self.close()
+                raise RemotePolicyError(
+                    f"the policy server at {url} serves {name} {theirs}, but the env's is {mine}: another task?"
+                )
+
+    # -- connection ------------------------------------------------------
+    def _connect(self) -> dict:
+        """Open the connection and read the server's metadata (its first message)."""
+        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.sync.client import connect
+
+        token = os.environ.get(TOKEN_ENV)
+        try:
+            ws = connect(
+                self.url,
+                open_timeout=self.timeout_s,
+                close_timeout=1.0,
+                max_size=self.max_message_bytes,
+                compression=None,
+                proxy=None,
+                additional_headers={"Authorization": f"Api-Key {token}"} if token else None,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            hint = f": set {TOKEN_ENV} to its token" if status in (401, 403) else ""
+            raise RemotePolicyError(
+                f"the policy server at {self.url} refused the connection (HTTP {status}){hint}."
+            ) from None
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            raise RemotePolicyError(f"cannot reach the policy server at {self.url} ({_why(exc)}).") from None
+        self._ws = ws
+        try:
+            metadata = self._decode(self._recv(time.monotonic() + self.timeout_s), "its metadata")
+        except RemotePolicyError:
+            self.close()
+            raise
+        return metadata
+
+    def close(self) -> None:
+        """Close the connection (the next call opens a new one)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            try:
+                ws.close()
+            except Exception:  # noqa: BLE001, S110 - closing a broken connection: nothing left to do
+                pass
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_ws"] = None  # a connection does not travel: the copy opens its own
+        return state
+
+    def _recv(self, deadline: float) -> bytes:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            data = self._ws.recv(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            self.close()
+            raise RemotePolicyError(
+                f"the policy server at {self.url} did not answer within {self.timeout_s:g} s "
+                "(--policy-server-timeout): is it running?"
+            ) from None
+        except ConnectionClosed as exc:
+            self.close()
+            if exc.sent is not None and exc.sent.code == 1009:
+                raise RemotePolicyError(
+                    f"the policy server at {self.url} sent a message over {self.max_message_bytes} bytes "
+                    "(--policy-server-max-message)."
+                ) from None
+            if exc.rcvd is not None and exc.rcvd.code == 1009:
+                raise RemotePolicyError(
+                    f"the policy server at {self.url} refused a request as too large (its --max-message)."
+                ) from None
+            why = f": {exc.rcvd.reason}" if exc.rcvd is not None and exc.rcvd.reason else ""
+            raise RemotePolicyError(f"the policy server at {self.url} closed the connection{why}.") from None
+        if isinstance(data, str):
+            self.close()
+            first = (data.strip().splitlines() or ["(empty)"])[-1][:300]
+            raise RemotePolicyError(f"the policy server at {self.url} answered an error: {first}")
+        return data
+
+    def _decode(self, data: bytes, what: str) -> dict:
+        try:
+            return unpackb(data)
+        except WireError as exc:
+            self.close()
+            raise RemotePolicyError(f"the policy server at {self.url} sent {what} that cannot be read: {exc}") from None
+
+    # -- calls ------------------------------------------------------------
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Set "action" ([..., act_dim], or [..., chunk, act_dim] for chunks) from the server's replies."""
+        obs = tensordict.get("observation")
+        lead = obs.shape[:-1]
+        flat = obs.detach().reshape(-1, obs.shape[-1]).to("cpu", torch.float32).numpy()
+        actions = torch.from_numpy(self.ask(flat)).to(obs.device)
+        tensordict.set("action", actions.reshape(*lead, *actions.shape[1:]))
+        return tensordict
+
+    def ask(self, states: np.ndarray) -> np.ndarray:
+        """The actions for each row of ``states`` ([n, obs_dim]): [n, act_dim], or [n, chunk, act_dim] for chunks."""
+        if self._ws is None:
+            self.metadata = self._connect()
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            for row in states:
+                self._ws.send(packb({self.keys["state"]: row}))
+        except (ConnectionClosed, OSError):
+            self.close()
+            raise RemotePolicyError(f"the policy server at {self.url} closed the connection.") from None
+        deadline = time.monotonic() + self.timeout_s
+        out = np.empty((len(states), self.chunk, self.act_dim), dtype=np.float32)
+        for i in range(len(states)):
+            out[i] = self._actions(self._decode(self._recv(deadline), "a reply"))
+        return out[:, 0] if self.chunk == 1 else out
+
+    def _actions(self, reply: dict) -> np.ndarray:
+        """A reply's actions as [chunk, act_dim] float32; RemotePolicyError for what cannot be played."""
+        key = self.keys["actions"]
+        if key not in reply:
+            self.close()
+            raise RemotePolicyError(
+                f"the policy server at {self.url} replied without {key!r} (it sent {sorted(map(str, reply))[:6]}): "
+                "set the reply key with --policy-server-keys."
+            )
+        actions = reply[key]
+        shape = getattr(actions, "shape", None)
+        fits = shape == (self.chunk, self.act_dim) or (self.chunk == 1 and shape == (self.act_dim,))
+        if not isinstance(actions, np.ndarray) or not fits:
+            self.close()
+            got = f"shape {list(shape)}" if shape is not None else f"a {type(actions).__name__}"
+            expected = f"[{self.chunk}, {self.act_dim}]" + (f" or [{self.act_dim}]" if self.chunk == 1 else "")
+            hint = " (set --policy-server-chunk)" if shape is not None and len(shape) == 2 else ""
+            raise RemotePolicyError(
+                f"the policy server at {self.url} answered {key!r} of {got}, expected {expected}{hint}."
+            )
+        if actions.dtype.kind not in "iuf":
+            self.close()
+            raise RemotePolicyError(f"the policy server at {self.url} answered {key!r} of dtype {actions.dtype}.")
+        actions = actions.astype(np.float32).reshape(self.chunk, self.act_dim)
+        if not np.isfinite(actions).all():
+            self.close()
+            raise RemotePolicyError(f"the policy server at {self.url} answered NaN or infinite {key!r}.")
+        return actions
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
