@@ -73,6 +73,7 @@ def served():
     """The shipped final checkpoint served on 127.0.0.1 with a token (clients get it from the environment)."""
     proc, port = _start(
         ["-m", "simeval.serve_policy", shipped_checkpoint(), "--port", "0", "--token", TOKEN, "--batch-window-ms", "20"]
+        + ["--max-message", "1M"]
     )
     old = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = TOKEN
@@ -211,6 +212,7 @@ async def handler(ws):
     async for message in ws:
         state = unpackb(message)["observation/state"]
         COUNT[0] += 1
+        print(COUNT[0], flush=True)
         if MODE == "die" and COUNT[0] > 10:
             os._exit(1)
         if MODE == "hang":
@@ -220,6 +222,7 @@ async def handler(ws):
             "nan": np.full(6, np.nan, np.float32),
             "shape": np.zeros((2, 5), np.float32),
             "big": np.zeros(1_000_000, np.float32),
+            "chunk": np.stack([np.tanh(state[:6])] * 4),
         }.get(MODE, np.tanh(state[:6]))
         if MODE == "text":
             await ws.send("Traceback (most recent call last):\nValueError: the model broke")
@@ -297,3 +300,36 @@ def test_the_remote_kind_owns_the_client_and_declares_its_chunk():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_request_over_the_servers_size_cap_closes_its_connection(served):
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    url, _, _ = served
+    with connect(url, additional_headers={"Authorization": f"Api-Key {TOKEN}"}, max_size=2**20) as ws:
+        ws.recv(timeout=30)  # the metadata
+        ws.send(packb({"observation/state": np.zeros(400_000, np.float32)}))  # 1.6 MB > --max-message 1M
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        assert closed.value.rcvd.code == 1009
+
+
+def _requests(mode: str, chunk: int | None) -> int:
+    """Requests a fake server in ``mode`` got for one round of 2 sub-envs x 20 steps."""
+    proc, port = _fake(mode)
+    try:
+        env = functools.partial(make_env, "HalfCheetah-v5", num_envs=2, max_steps=20, obs_norm=False)
+        policy = functools.partial(remote_policy, url=f"ws://127.0.0.1:{port}", chunk=chunk, timeout_s=10.0)
+        with Evaluator(env, policy_factory=policy, num_trajectories=2, max_steps=20, seed=0) as ev:
+            assert ev.evaluate()["eval/episode_length"] == 20
+    finally:
+        proc.kill()
+        out, _ = proc.communicate()
+    return int(out.split()[-1])
+
+
+def test_chunks_are_played_whole_before_the_server_is_asked_again():
+    """Chunks of 4 per sub-env: a quarter of the requests of one action per reply (plus each episode's start)."""
+    plain, chunked = _requests("ok", None), _requests("chunk", 4)
+    assert plain >= 40 and chunked <= plain / 3
