@@ -7,6 +7,7 @@ they pickle by reference for process and Ray workers.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +48,6 @@ def build_env(
     *,
     num_envs: int,
     condition: Condition | None = None,
-    cameras: tuple[str, ...] = (),
-    image_size: int = 64,
-    frame_stack: int = 1,
 ) -> EnvBase:
     """The env a worker evaluates on: ``make_env``'s (with a suite cell's ``condition``), and the ``--video`` recorder.
 
@@ -71,7 +69,6 @@ def build_env(
         render=bool(video_dir),
         backend=backend,
         condition=condition,
-        **({"cameras": cameras, "image_size": image_size, "frame_stack": frame_stack} if cameras else {}),
     )
     if video_dir:
         from simeval.launch.video import EpisodeVideo
@@ -120,9 +117,6 @@ def make_evaluator(
             cfg.env_backend,
             num_envs=cfg.num_envs,
             condition=condition,
-            cameras=tuple(cfg.cameras),
-            image_size=cfg.image_size,
-            frame_stack=cfg.frame_stack,
         ),
         policy_factory=functools.partial(
             build_policy,
@@ -145,12 +139,18 @@ def make_evaluator(
         round_timeout_s=cfg.round_timeout,
         keep_episodes=True,
         results_path=os.path.join(out, "results.jsonl") if cfg.serve else None,
-        results_context=record_context(cfg, plan, env_backend),
+        results_context=_results_context(cfg, plan, env_backend),
         info_keys=cfg.info_keys,
         # The run's progress board sets its own callback when a job starts; asking for progress from the
         # start makes every backend report the first round too (Ray starts its progress sink with it).
         on_progress=None if cfg.serve else _until_a_job_starts,
     )
+
+
+def _results_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:
+    """What a served evaluator's worker adds to each line it writes: :func:`record_context` and the ``settings``."""
+    context = record_context(cfg, plan, env_backend)
+    return {**context, "settings": run_settings(cfg)} if cfg.serve else context
 
 
 def _until_a_job_starts(progress: object) -> None:
@@ -179,3 +179,23 @@ def checkpoint_fields(ck: Checkpoint, watch: str | None) -> dict[str, Any]:
 def record_context(cfg: LaunchConfig, plan: EvalPlan, env_backend: str) -> dict:
     """What every results.jsonl line of this run says about where and how it was evaluated."""
     return {"backend": cfg.backend, "env": plan.env, "env_backend": env_backend}
+
+
+def run_settings(cfg: LaunchConfig) -> dict[str, Any]:
+    """A line's ``settings``: what its numbers depend on that the run was asked for (``cfg``: the cell's config).
+
+    ``episodes`` (None under ``--time-budget``), ``time_budget``, ``num_envs``, ``max_steps``, ``seed``,
+    ``obs_norm``, and ``policy`` / ``policy_kwargs`` as given (None / {}: the checkpoint's). The env evaluated,
+    its env backend and a suite cell's fields are the line's own keys (``env``, ``env_backend``, ``suite``, ...).
+    """
+    settings = {
+        "episodes": None if cfg.time_budget is not None else cfg.episodes,
+        "time_budget": cfg.time_budget,
+        "num_envs": cfg.num_envs,
+        "max_steps": cfg.max_steps,
+        "seed": cfg.seed,
+        "obs_norm": cfg.obs_norm,
+        "policy": cfg.policy,
+        "policy_kwargs": cfg.policy_kwargs,
+    }
+    return json.loads(json.dumps(settings, default=str))  # plain JSON data: the same as it reads back

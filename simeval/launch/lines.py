@@ -6,6 +6,11 @@ kind of run), the attempts, the run's plan (a plain run), where and how it ran,
 and the cell's fields (a suite's). A job that could not be evaluated gets
 :func:`failed_line`, with the same cell fields; a checkpoint file that could not be
 read, with the run's (``suite``). An adaptive run's look adds its :class:`Look` fields.
+
+Every job's ok line, and a plain run's failed lines, carry ``settings``
+(:func:`simeval.launch.build.run_settings`): what the run was asked to evaluate
+with, so a later run into the same ``--out`` with other settings is refused
+rather than mixed in (:func:`simeval.launch.results.other_settings`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from simeval.launch.build import checkpoint_fields, record_context
+from simeval.launch.build import checkpoint_fields, record_context, run_settings
 from simeval.launch.session import plan_record
 from simeval.launch.sources import checkpoint_name
 from simeval.records import failed_record, make_record
@@ -56,6 +61,7 @@ def ok_line(
         **checkpoint_fields(ck, cfg.watch),
         wall_time=round(seconds, 3),
         attempts=attempts,
+        settings=run_settings(cell.config(cfg)),
         **({"plan": plan_record(slot.plan)} if with_plan else {}),
         **record_context(cell.config(cfg), slot.plan, slot.env_backend),
         **cell.context(),
@@ -67,7 +73,12 @@ def ok_line(
 def failed_line(
     cfg: LaunchConfig, path: str, message: str, step: int | None, kind: str, context: dict[str, Any]
 ) -> dict[str, Any]:
-    """The failed line of checkpoint ``path`` (``kind``: see :data:`simeval.records.ERROR_KINDS`), plus ``context``."""
+    """The failed line of checkpoint ``path`` (``kind``: see :data:`simeval.records.ERROR_KINDS`), plus ``context``.
+
+    A plain run's (``context`` names no suite) also carries the run's ``settings``.
+    """
     record = failed_record(path, message, step, checkpoint_name(path, cfg.watch), kind)
+    if "suite" not in context:
+        record["settings"] = run_settings(cfg)
     record.update(context)
     return record

@@ -9,6 +9,10 @@ that started it), appended and fsync'd before the round runs, so a record says
 how many times its evaluation was started (``attempts``: 1, or more where the
 launcher was killed or stopped while it ran and a restart did it again).
 
+Nothing is created before the first write: the directory with the first line
+(or journal entry), the logger's tree with the first metrics it gets, so a run
+refused on a bad input leaves nothing behind.
+
 Both files are opened in place only (never through a symbolic link, regular
 files only), and so is every file already under ``OUT/logs`` (the logger's,
 checked at start): anything else there is a :class:`ConfigError` naming it.
@@ -16,11 +20,14 @@ checked at start): anything else there is a :class:`ConfigError` naming it.
 A resume reads the newest line of each checkpoint (or checkpoint x cell):
 :func:`resume_from` says which are done, which failed lines it evaluates again
 by itself (``retry: "resume"``) and which only with ``--retry-failed``.
+:func:`other_settings` says which settings the lines already there were evaluated
+with otherwise than a new run asks (a reused ``--out``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import stat
@@ -43,7 +50,6 @@ class ResultsLog:
         self.out_dir = out_dir
         self.path = os.path.join(out_dir, RESULTS)
         self.attempts_path = os.path.join(out_dir, ATTEMPTS)
-        os.makedirs(out_dir, exist_ok=True)
         with _config_errors():
             _repair_tail(self.path, "its evaluation runs again")
             _repair_tail(self.attempts_path, "")
@@ -55,11 +61,19 @@ class ResultsLog:
         self.launch = launches + 1  # this launcher's number among those that wrote to OUT
         if logger == "csv":  # torchrl's CSV logger appends to OUT/logs/simeval/scalars/*/*.csv
             check_tree(os.path.join(out_dir, "logs"), os.path.join(out_dir, "logs", "simeval"))
-        self._logger = _make_logger(logger, out_dir) if logger else None
+        if logger:
+            _check_logger(logger)
+        self._logger_kind = logger
+        self._logger = None  # made with the first metrics it gets (torchrl's makes its tree at once)
+
+    def _make_dir(self) -> None:
+        """Create OUT at the first write (not before: a run refused at start leaves nothing)."""
+        os.makedirs(self.out_dir, exist_ok=True)
 
     def attempt(self, key: list[Any]) -> int:
         """Journal (durably) that evaluation ``key`` starts now; the times it was started, this one included."""
         name = json.dumps(key)
+        self._make_dir()
         with _config_errors():
             append_record(self.attempts_path, {"key": name, "launch": self.launch})
         self._attempts[name] = self._attempts.get(name, 0) + 1
@@ -72,14 +86,18 @@ class ResultsLog:
 
     def append(self, record: dict[str, Any], publish: bool = True) -> None:
         """Write ``record`` to results.jsonl (durably); ``publish=False`` leaves the logger to :meth:`publish`."""
+        self._make_dir()
         with _config_errors():
             append_record(self.path, record)
         if publish:
             self.publish(record)
 
     def publish(self, record: dict[str, Any]) -> None:
-        """Send an ok record's metrics to the torchrl logger."""
-        if self._logger is not None and record.get("status") == "ok":
+        """Send an ok record's metrics to the torchrl logger (made now, for the first)."""
+        if self._logger_kind and record.get("status") == "ok":
+            if self._logger is None:
+                self._make_dir()
+                self._logger = _make_logger(self._logger_kind, self.out_dir)
             # a suite's cells share the step: each gets its own series, eval/<task>/<condition>/<metric>
             prefix = f"eval/{record['task']}/{record['condition']}" if "suite" in record else "eval"
             for name, value in record["metrics"].items():
@@ -210,6 +228,19 @@ def failures_line(noun: str, retried: int, left: int, retry_failed: bool) -> str
     )
 
 
+# The package each torchrl logger needs, checked at start: the logger itself is made with the first metrics.
+_LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+
+
+def _check_logger(kind: str) -> None:
+    """A ConfigError at start when ``--logger kind`` needs a package this Python does not have."""
+    package = _LOGGER_PACKAGES.get(kind)
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(
+            f"--logger {kind} needs its package: No module named {package!r}. Install it or use --logger csv."
+        )
+
+
 def _make_logger(kind: str, out_dir: str):
     from torchrl.record.loggers import get_logger
 
@@ -217,3 +248,72 @@ def _make_logger(kind: str, out_dir: str):
         return get_logger(kind, logger_name=os.path.join(out_dir, "logs"), experiment_name="simeval")
     except ImportError as exc:
         raise ConfigError(f"--logger {kind} needs its package: {exc}. Install it or use --logger csv.") from None
+
+
+def recorded_settings(record: dict[str, Any]) -> dict[str, Any]:
+    """What a results line says it was evaluated with, setting -> value; a setting it does not say is left out.
+
+    Its ``settings`` (lines written since they carry them), its ``env`` and ``env_backend``, its ``suite`` (None:
+    a plain run's line; plain lines never carried one), whether it is an adaptive run's look (``adaptive``: its
+    rule, None for a fixed run's line) and, for a suite cell's line, the cell's ``seed``, ``num_envs``,
+    ``max_steps`` and ``condition_settings``, and (lines with ``settings``) its ``bounds`` and ``reference``.
+    """
+    view = dict(record.get("settings") or {})
+    view["suite"] = record.get("suite")
+    view["adaptive"] = (record.get("sequential") or {}).get("rule", "adaptive") if "look" in record else None
+    for key in ("env", "env_backend"):
+        if key in record:
+            view[key] = record[key]
+    if "task" in record:
+        for key in ("seed", "num_envs", "max_steps", "condition_settings"):
+            if key in record:
+                view[key] = record[key]
+        if "settings" in record:  # written since lines say their settings: no bounds written means none declared
+            view["bounds"] = record.get("bounds")
+            view["reference"] = record.get("reference")
+    return view
+
+
+def other_settings(
+    records: Iterable[dict[str, Any]], now_of: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> dict[str, tuple[Any, Any]]:
+    """Setting -> (what a line recorded, what this run asks) for each setting some line recorded otherwise.
+
+    Only ok lines count: a failed line holds no numbers to mix with (a run with fixed settings may evaluate it
+    again). ``now_of(record)`` is what this run would evaluate that line's evaluation with (setting -> value), or
+    None where the line is not this run's concern. A setting the line does not record is unknown, never
+    different. The newest line that differs names the recorded value.
+    """
+    found: dict[str, tuple[Any, Any]] = {}
+    for record in records:
+        if record.get("status") != "ok":
+            continue
+        now = now_of(record)
+        if now is None:
+            continue
+        then = recorded_settings(record)
+        for key, value in now.items():
+            if key in then and _as_read(then[key]) != _as_read(value):
+                found[key] = (then[key], value)
+    return found
+
+
+def reuse_refusal(out_dir: str, found: dict[str, tuple[Any, Any]]) -> str:
+    """The one line refusing a run into ``out_dir`` whose lines were evaluated with other settings (``found``)."""
+    differ = ", ".join(f"{key} {_shown(then)} (now {_shown(now)})" for key, (then, now) in found.items())
+    return (
+        f"--out {out_dir} holds results evaluated with other settings: {differ}; give another --out, "
+        "or add --append to write this run's lines beside them."
+    )
+
+
+def _as_read(value: Any) -> Any:
+    """``value`` as it reads back from a results line (tuples as lists)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _shown(value: Any) -> str:
+    """A setting's value in a message: None as ``none``, text as it is, the rest as JSON."""
+    if value is None:
+        return "none"
+    return value if isinstance(value, str) else json.dumps(value, default=str)
