@@ -40,6 +40,7 @@ from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.lines import run_settings
 from simeval.launch.pipeline import Jobs, Pipeline, resume
 from simeval.launch.plan import plan_for
+from simeval.launch.remote import remote_checkpoint
 from simeval.launch.results import ResultsLog, other_settings, reuse_refusal
 from simeval.launch.session import Session, install_stop_handlers
 from simeval.launch.sources import CheckpointSource, One, Watcher, check_watch_dir
@@ -76,6 +77,8 @@ def _run(parsed: Parsed, out: str) -> int:
         log = ResultsLog(out, cfg.logger if cfg.source != "serve" else None)  # creates nothing: checks OUT's files
         if cfg.source == "checkpoint":  # an adaptive run loads --checkpoint and --baseline itself
             ck = load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
+        elif cfg.source == "policy_server":
+            ck = remote_checkpoint(cfg)
         if not cfg.append:
             check_reuse(parsed, log, suite, ck)
     if cfg.backend == "ray":  # the one capacity check: before any worker is asked for
@@ -96,7 +99,7 @@ def _run(parsed: Parsed, out: str) -> int:
             from simeval.launch.suite_run import run_suite
 
             return run_suite(session, log, suite, lambda seen: source_of(cfg, seen, stop, ck))
-        if cfg.source == "checkpoint":  # one job: its failure is the run's error, nothing to resume
+        if cfg.source in ("checkpoint", "policy_server"):  # one job: its failure is the run's error, nothing to resume
             return Pipeline(session, log, Jobs(nominal, keep_going=False)).run(source_of(cfg, set(), stop, ck))
         return run_watch(session, log)
     finally:
@@ -109,6 +112,8 @@ def source_of(
     """The run's source of weights: ``--checkpoint``'s file (``ck``, or loaded now), or a watcher skipping ``seen``."""
     if cfg.source == "checkpoint":
         return One(ck or load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes))
+    if cfg.source == "policy_server":
+        return One(ck or remote_checkpoint(cfg))
     check_watch_dir(cfg.watch)
     return Watcher(cfg.watch, seen, stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
 

@@ -18,12 +18,13 @@ from simeval.backends import NAMES as BACKENDS  # where rounds run: thread, proc
 from simeval.checkpoints.bounds import parse_size
 from simeval.checkpoints.formats import names as _format_names
 from simeval.envs.simulators import env_backends, env_id_forms, registered
+from simeval.policy_kinds.remote import REMOTE_FACTORY, check_keys, check_url
 from simeval.sequential import DESIGNS
 from simeval.yaml_files import YamlError, read_yaml
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 LAUNCHERS = ("local", "docker")
-SOURCES = ("checkpoint", "watch", "serve")
+SOURCES = ("checkpoint", "watch", "serve", "policy_server")
 CHECKPOINT_FORMATS = tuple(_format_names())
 # A site's default device (slurm/eval.sh sets cuda:0 when the job has a GPU), used
 # only when neither a flag nor the profile names one.
@@ -64,6 +65,15 @@ class LaunchConfig:
         "(default: native for the tasks it has, else gymnasium)",
     )
     num_envs: int = _opt(8, "batched sub-envs")
+    cameras: list = _opt(
+        list,
+        f"cameras each sub-env observes ({', '.join(s.title for s in registered() if s.cameras)} envs; e.g. track): "
+        "the policy then reads observation.state and observation.images.<camera>, float (3, H, W) in [0, 1]",
+        nargs="+",
+        metavar="CAMERA",
+    )
+    image_size: int = _opt(64, "--cameras: the images' side in pixels")
+    frame_stack: int = _opt(1, "--cameras: each camera's last N images, stacked along the channels")
     episodes: int = _opt(16, "complete episodes per evaluation")
     time_budget: float | None = _opt(
         None,
@@ -79,6 +89,23 @@ class LaunchConfig:
     )
     policy: str | None = _opt(None, "module:factory building the policy from the env (default: the checkpoint's)")
     policy_kwargs: dict = _opt(dict, "JSON keyword arguments for --policy", json=True)
+    policy_server: str | None = _opt(
+        None,
+        "evaluate the policy served at ws://HOST:PORT (openpi's WebSocket + msgpack protocol, e.g. python -m "
+        "simeval.serve_policy) instead of a checkpoint's; its token, if it asks for one, from "
+        "$SIMEVAL_POLICY_SERVER_TOKEN",
+        metavar="URL",
+    )
+    policy_server_timeout: float = _opt(
+        30.0, "--policy-server: seconds to connect, or to get one step's replies, before the round fails"
+    )
+    policy_server_chunk: int | None = _opt(
+        None, "--policy-server: actions per reply (default: the server's metadata action_chunk, else 1)"
+    )
+    policy_server_keys: dict = _opt(
+        dict, '--policy-server: JSON {"state": KEY, "actions": KEY}: the request and reply keys', json=True
+    )
+    policy_server_max_message: str = _opt("16M", "--policy-server: the largest message read from the server")
     info_keys: list = _opt(
         list,
         "keys under the step's 'next' entry (e.g. success) whose value at each episode's end is averaged "
@@ -179,6 +206,22 @@ class LaunchConfig:
         action="extend",
     )
 
+    def _check_cameras(self) -> None:
+        if not self.cameras:
+            for name, default in (("image_size", 64), ("frame_stack", 1)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"--{name.replace('_', '-')} sets the camera images: add --cameras CAMERA.")
+            return
+        if not 1 <= self.image_size <= 1024:
+            raise ConfigError(f"--image-size must be 1..1024 pixels, got {self.image_size}.")
+        if self.frame_stack < 1:
+            raise ConfigError(f"--frame-stack must be >= 1, got {self.frame_stack}.")
+        if not self.policy:
+            raise ConfigError(
+                "--cameras: a checkpoint's own policy reads the state vector only; give --policy module:factory "
+                "building one that reads observation.state and observation.images.<camera>."
+            )
+
     def validate(self) -> LaunchConfig:
         """Check the settings together and normalise ``info_keys``; returns ``self``, or raises :class:`ConfigError`."""
         for name, choices in (("backend", BACKENDS), ("logger", LOGGERS), ("launcher", LAUNCHERS), ("design", DESIGNS)):
@@ -230,6 +273,7 @@ class LaunchConfig:
         for name in ("num_envs", "episodes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        self._check_cameras()
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {self.max_steps}.")
         if self.time_budget is not None:
@@ -249,6 +293,7 @@ class LaunchConfig:
             if self.serve:
                 raise ConfigError("--round-timeout bounds the rounds this launcher runs; --serve's are training's.")
         self._validate_adaptive()
+        self._validate_policy_server()
         self.info_keys = _info_keys(self.info_keys)
         for name in ("init_fn", "policy"):
             value = getattr(self, name)
@@ -257,6 +302,35 @@ class LaunchConfig:
                     f"--{name.replace('_', '-')} must look like 'package.module:function', got {value!r}."
                 )
         return self
+
+    def _validate_policy_server(self) -> None:
+        """``--policy-server``: its address and settings checked; the policy it names is the remote client's."""
+        if self.policy_server is None:
+            return
+        if self.suite:
+            raise ConfigError("--policy-server evaluates one served policy: --suite takes checkpoints.")
+        if self.policy not in (None, REMOTE_FACTORY) or (self.policy is None and self.policy_kwargs):
+            raise ConfigError("--policy-server is the policy: leave --policy and --policy-kwargs out.")
+        number = isinstance(self.policy_server_timeout, (int, float)) and not isinstance(
+            self.policy_server_timeout, bool
+        )
+        if not number or not 0 < self.policy_server_timeout < math.inf:
+            raise ConfigError(f"--policy-server-timeout must be seconds > 0, got {self.policy_server_timeout!r}.")
+        if self.policy_server_chunk is not None and self.policy_server_chunk < 1:
+            raise ConfigError(f"--policy-server-chunk must be >= 1, got {self.policy_server_chunk}.")
+        try:
+            url, keys = check_url(self.policy_server), check_keys(self.policy_server_keys or None)
+            max_bytes = parse_size(self.policy_server_max_message)
+        except ValueError as exc:
+            raise ConfigError(f"--policy-server: {exc}") from None
+        self.policy = REMOTE_FACTORY  # recorded in each line's settings (the token never is)
+        self.policy_kwargs = {
+            "url": url,
+            "chunk": self.policy_server_chunk,
+            "keys": keys,
+            "timeout_s": float(self.policy_server_timeout),
+            "max_message_bytes": max_bytes,
+        }
 
     def _validate_adaptive(self) -> None:
         """The adaptive flags (``--until-decided``, ``--until-precise`` and theirs), each error one line."""
@@ -343,7 +417,7 @@ class LaunchConfig:
 
     @property
     def source(self) -> str | None:
-        """Which source of weights was given (``"checkpoint"``, ``"watch"`` or ``"serve"``), or None."""
+        """Which source of weights was given (``checkpoint``, ``watch``, ``serve``, ``policy_server``), or None."""
         return next((k for k in SOURCES if getattr(self, k)), None)
 
 
