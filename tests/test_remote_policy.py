@@ -180,7 +180,8 @@ def test_concurrent_clients_share_one_forward_pass(served):
 
 
 # -- evaluation through the server equals in-process ------------------------------------------------------
-def test_policy_server_evaluation_equals_in_process(served, tmp_path):
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_policy_server_evaluation_equals_in_process(served, tmp_path, backend):
     """--policy-server against serve_policy gives the in-process returns of the same checkpoint.
 
     Tolerance: where the server's passes hold the same rows as the in-process policy calls (one
@@ -189,7 +190,7 @@ def test_policy_server_evaluation_equals_in_process(served, tmp_path):
     actions differently (<= 1e-6, test above), and HalfCheetah amplifies that over an episode.
     """
     url, _, _ = served
-    remote = _launch(tmp_path / "remote", "--policy-server", url, "--env", "HalfCheetah-v5")
+    remote = _launch(tmp_path / "remote", "--policy-server", url, "--env", "HalfCheetah-v5", "--backend", backend)
     local = _launch(tmp_path / "local", "--checkpoint", shipped_checkpoint())
     assert remote["checkpoint_format"] == "remote" and remote["plan"]["obs_norm"] is False
     assert "token" not in json.dumps(remote)
