@@ -48,6 +48,9 @@ def build_env(
     *,
     num_envs: int,
     condition: Condition | None = None,
+    cameras: tuple[str, ...] = (),
+    image_size: int = 64,
+    frame_stack: int = 1,
 ) -> EnvBase:
     """The env a worker evaluates on: ``make_env``'s (with a suite cell's ``condition``), and the ``--video`` recorder.
 
@@ -69,6 +72,7 @@ def build_env(
         render=bool(video_dir),
         backend=backend,
         condition=condition,
+        **({"cameras": cameras, "image_size": image_size, "frame_stack": frame_stack} if cameras else {}),
     )
     if video_dir:
         from simeval.launch.video import EpisodeVideo
@@ -117,6 +121,9 @@ def make_evaluator(
             cfg.env_backend,
             num_envs=cfg.num_envs,
             condition=condition,
+            cameras=tuple(cfg.cameras),
+            image_size=cfg.image_size,
+            frame_stack=cfg.frame_stack,
         ),
         policy_factory=functools.partial(
             build_policy,
@@ -185,7 +192,8 @@ def run_settings(cfg: LaunchConfig) -> dict[str, Any]:
     """A line's ``settings``: what its numbers depend on that the run was asked for (``cfg``: the cell's config).
 
     ``episodes`` (None under ``--time-budget``), ``time_budget``, ``num_envs``, ``max_steps``, ``seed``,
-    ``obs_norm``, and ``policy`` / ``policy_kwargs`` as given (None / {}: the checkpoint's). The env evaluated,
+    ``obs_norm``, ``policy`` / ``policy_kwargs`` as given (None / {}: the checkpoint's), and with ``--cameras``
+    ``cameras``, ``image_size`` and ``frame_stack``. The env evaluated,
     its env backend and a suite cell's fields are the line's own keys (``env``, ``env_backend``, ``suite``, ...).
     """
     settings = {
@@ -198,4 +206,6 @@ def run_settings(cfg: LaunchConfig) -> dict[str, Any]:
         "policy": cfg.policy,
         "policy_kwargs": cfg.policy_kwargs,
     }
+    if cfg.cameras:
+        settings |= {"cameras": list(cfg.cameras), "image_size": cfg.image_size, "frame_stack": cfg.frame_stack}
     return json.loads(json.dumps(settings, default=str))  # plain JSON data: the same as it reads back
