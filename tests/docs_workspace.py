@@ -64,6 +64,10 @@ def build(dest: str) -> None:
         os.symlink(os.path.join(REPO, name), name)
     # runs/exp1/ckpt: the shipped run (8 checkpoints and its DONE), plus the steps the docs name
     shutil.copytree(SHIPPED, "runs/exp1/ckpt")
+    # runs/a and runs/b: two training runs' final checkpoints (suites.md, launcher.md's adaptive runs)
+    for run, ckpt in (("runs/a", FIRST), ("runs/b", FINAL)):
+        os.makedirs(f"{run}/ckpt")
+        shutil.copy(ckpt, f"{run}/ckpt/final.pt")
     final = load_checkpoint(FINAL)
     for step, path in [
         (1000, "runs/exp1/ckpt/step_1000.pt"),
