@@ -48,9 +48,7 @@ PAGES = ["README.md"] + sorted(f"docs/{n}" for n in os.listdir(os.path.join(REPO
 # markers or fixes that belong to that change. statistics.md: its Python block uses np and stats without imports;
 # launcher.md and suites.md: full-size suite and watch commands that need shrink markers.
 EXCLUDED = {
-    "docs/statistics.md": "edited by another change; its Python block needs its imports (np, stats)",
     "docs/launcher.md": "edited by another change; its commands need shrink markers",
-    "docs/suites.md": "edited by another change; its suite commands need shrink markers",
 }
 COMMAND_TIMEOUT_S = 180
 # A command of simeval's applications: python -m simeval.launch / report / export, or the console scripts.
