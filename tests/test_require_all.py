@@ -98,7 +98,16 @@ def _dry_run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([make, "-n", "-C", REPO, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-TARGETS = ("test-core-main", "test-core-docker", "test-isaaclab", "test-mjlab", "test-maniskill", "fuzz", "faults")
+TARGETS = (
+    "test-core-main",
+    "test-core-docker",
+    "test-docs-snippets",
+    "test-isaaclab",
+    "test-mjlab",
+    "test-maniskill",
+    "fuzz",
+    "faults",
+)
 
 
 @pytest.mark.parametrize(("flag", "value"), [((), "1"), (("ALLOW_SKIPS=0",), "1"), (("ALLOW_SKIPS=1",), "0")])
