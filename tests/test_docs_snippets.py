@@ -20,7 +20,7 @@ Markers, HTML comments just above a block (invisible on a rendered page, explici
   example checks that the marker gives a reason and passes, and the session's summary lists every such block
   with its reason ("docs snippets not run, by marker"). A skip without a reason fails.
 
-Pages another change edits at present are left out of collection (EXCLUDED, each with why).
+A page can be left out of collection only by naming it in EXCLUDED with why (none is).
 """
 
 from __future__ import annotations
@@ -44,12 +44,8 @@ from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, FencedCod
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 PAGES = ["README.md"] + sorted(f"docs/{n}" for n in os.listdir(os.path.join(REPO, "docs")) if n.endswith(".md"))
-# Pages left out for now: another change is editing them (issue 34's adaptive-run docs), and their blocks need
-# markers or fixes that belong to that change. statistics.md: its Python block uses np and stats without imports;
-# launcher.md and suites.md: full-size suite and watch commands that need shrink markers.
-EXCLUDED = {
-    "docs/launcher.md": "edited by another change; its commands need shrink markers",
-}
+# Pages left out of collection, each with why (none today: every page's blocks run, or are skipped by a marker).
+EXCLUDED: dict[str, str] = {}
 COMMAND_TIMEOUT_S = 180
 # A command of simeval's applications: python -m simeval.launch / report / export, or the console scripts.
 APP_COMMAND = re.compile(
@@ -213,9 +209,10 @@ class _Summary:
                 "shell blocks with no launcher, report or export command (nothing in them is run): "
                 + ", ".join(f"{page}:{line}" for page, line in NO_COMMAND)
             )
-        terminalreporter.write_line(
-            "docs pages not collected: " + "; ".join(f"{page} ({why})" for page, why in EXCLUDED.items())
-        )
+        if EXCLUDED:
+            terminalreporter.write_line(
+                "docs pages not collected: " + "; ".join(f"{page} ({why})" for page, why in EXCLUDED.items())
+            )
 
 
 @pytest.fixture(scope="module")
