@@ -1,4 +1,5 @@
-"""One episode's values as a method takes them: finite, within declared bounds, never clipped."""
+"""One episode's values as a method takes them (finite, within declared bounds, never clipped), and the running
+interval a sequence reports over them."""
 
 from __future__ import annotations
 
@@ -38,3 +39,43 @@ def bounds_of(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"bounds must be two finite numbers, low < high, got {bounds!r}.")
     return lo, hi
+
+
+class RunningInterval:
+    """The values a sequence took and the running intersection of its intervals: the accessors every sequence
+    shares (:class:`simeval.sequential.SequentialMean`, :class:`simeval.group_sequential.GroupSequentialMean`)."""
+
+    def __init__(self) -> None:
+        self._values: list[float] = []
+        self._low, self._high = -math.inf, math.inf
+
+    def _narrow(self, low: float, high: float) -> None:
+        """Intersect the running interval with ``[low, high]``, the latest look's."""
+        self._low, self._high = max(self._low, low), min(self._high, high)
+        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
+            self._low, self._high = low, high
+
+    @property
+    def n(self) -> int:
+        """Values taken (episodes)."""
+        return len(self._values)
+
+    @property
+    def mean(self) -> float:
+        """The mean so far (NaN before any value)."""
+        return float(np.mean(self._values)) if self._values else math.nan
+
+    @property
+    def low(self) -> float:
+        """The interval's lower end (``-inf`` before the first finite interval)."""
+        return self._low
+
+    @property
+    def high(self) -> float:
+        """The interval's upper end (``inf`` before the first finite interval)."""
+        return self._high
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width (``inf`` before the first finite interval)."""
+        return (self._high - self._low) / 2

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simeval.episode_values import bounds_of, checked
+from simeval.episode_values import RunningInterval, bounds_of, checked
 
 Region = tuple[np.ndarray, np.ndarray, np.ndarray]  # grid, Simpson weights, sub-density
 SPENDING = "O'Brien-Fleming-type (Lan-DeMets)"
@@ -115,7 +115,7 @@ def boundaries(alpha: float, looks: tuple[int, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-class GroupSequentialMean:
+class GroupSequentialMean(RunningInterval):
     """Repeated confidence intervals for a mean over planned looks (a group-sequential design).
 
     Feed it the values in seed order so that the count after each update is one of
@@ -148,8 +148,7 @@ class GroupSequentialMean:
         if not spending:
             raise ValueError(f"{name}: planned looks need at least one look after 2 or more values, got {looks!r}.")
         self._bounds = dict(zip(spending, boundaries(self.alpha, spending), strict=True))
-        self._values: list[float] = []
-        self._low, self._high = -math.inf, math.inf
+        super().__init__()
 
     def update(self, x: Sequence[float] | np.ndarray) -> GroupSequentialMean:
         """Take the next values, in seed order, up to the next planned look; returns self."""
@@ -170,32 +169,5 @@ class GroupSequentialMean:
         mean, sd = float(values.mean()), float(values.std(ddof=1))
         half = float(t.isf(norm.sf(c), n - 1)) * sd / math.sqrt(n) if sd > 0 else 0.0
         low, high = mean - half, mean + half
-        self._low, self._high = max(self._low, low), min(self._high, high)
-        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
-            self._low, self._high = low, high
+        self._narrow(low, high)
         return self
-
-    @property
-    def n(self) -> int:
-        """Values taken."""
-        return len(self._values)
-
-    @property
-    def mean(self) -> float:
-        """The mean so far (NaN before any value)."""
-        return float(np.mean(self._values)) if self._values else math.nan
-
-    @property
-    def low(self) -> float:
-        """The interval's lower end (``-inf`` before the first look with an interval)."""
-        return self._low
-
-    @property
-    def high(self) -> float:
-        """The interval's upper end (``inf`` before the first look with an interval)."""
-        return self._high
-
-    @property
-    def half_width(self) -> float:
-        """Half the interval's width (``inf`` before the first look with an interval)."""
-        return (self._high - self._low) / 2

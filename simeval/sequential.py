@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simeval.episode_values import bounds_of, checked
+from simeval.episode_values import RunningInterval, bounds_of, checked
 from simeval.group_sequential import GroupSequentialMean
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
@@ -127,7 +127,7 @@ def t_mixture_scale(plan_n: int, alpha: float) -> float:
         n += 1
 
 
-class SequentialMean:
+class SequentialMean(RunningInterval):
     """An anytime-valid confidence sequence for the mean of one stream of episodes (one checkpoint on one cell).
 
     Feed it newly finished episodes in seed order (``update(x)``); after every update
@@ -158,9 +158,8 @@ class SequentialMean:
         self.confidence, self.bounds, self.name = confidence, bounds_of(bounds), name
         self.min_n, self.plan_n = int(min_n), int(plan_n)
         self.alpha = 1 - confidence
-        self._values: list[float] = []
+        super().__init__()
         self._betting = _Betting(self.alpha) if bounds is not None else None
-        self._low, self._high = -math.inf, math.inf
 
     def update(self, x: Sequence[float] | np.ndarray) -> SequentialMean:
         """Take the next episodes' values, in seed order; returns self."""
@@ -172,9 +171,7 @@ class SequentialMean:
             low, high = lo + (hi - lo) * unit_low, lo + (hi - lo) * unit_high
         else:
             low, high = self._asymptotic()
-        self._low, self._high = max(self._low, low), min(self._high, high)
-        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
-            self._low, self._high = low, high
+        self._narrow(low, high)
         return self
 
     def _asymptotic(self) -> tuple[float, float]:
@@ -188,31 +185,6 @@ class SequentialMean:
             return -math.inf, math.inf
         half = radius * sd / math.sqrt(n)
         return mean - half, mean + half
-
-    @property
-    def n(self) -> int:
-        """Episodes taken."""
-        return len(self._values)
-
-    @property
-    def mean(self) -> float:
-        """The mean so far (NaN before any episode)."""
-        return float(np.mean(self._values)) if self._values else math.nan
-
-    @property
-    def low(self) -> float:
-        """The interval's lower end (``-inf`` before the first finite interval)."""
-        return self._low
-
-    @property
-    def high(self) -> float:
-        """The interval's upper end (``inf`` before the first finite interval)."""
-        return self._high
-
-    @property
-    def half_width(self) -> float:
-        """Half the interval's width (``inf`` before the first finite interval)."""
-        return (self._high - self._low) / 2
 
 
 class SequentialPaired:

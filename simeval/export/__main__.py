@@ -10,17 +10,13 @@ import argparse
 import sys
 import traceback
 
+from simeval.command_line import OneLineParser
 from simeval.export import TARGETS, export_checkpoint
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit code 2, no usage wall
-        raise ValueError(f"{message} (see --help).")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m simeval.export``."""
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m simeval.export",
         description="Write a checkpoint's deterministic actor (observation -> action, normaliser folded in) "
         "as ONNX or TorchScript.",

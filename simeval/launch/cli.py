@@ -14,12 +14,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from simeval.command_line import OneLineParser
 from simeval.launch.config import FIELDS, ConfigError, LaunchConfig, from_mapping, load_yaml, resolve
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, our exit code, no usage wall
-        raise ConfigError(f"{message} (see --help).")
 
 
 def _value_type(name: str) -> Any:
@@ -31,7 +27,8 @@ def _value_type(name: str) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     """The launcher's command line: ``--config`` plus one flag per :class:`LaunchConfig` field."""
-    p = _Parser(
+    p = OneLineParser(
+        error_type=ConfigError,
         prog="simeval-launch",
         description="Evaluate robot-learning policies: a checkpoint, a directory training writes to, "
         "or weights streamed from a training process.",

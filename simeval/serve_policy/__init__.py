@@ -25,6 +25,7 @@ from typing import Any
 
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
+from simeval.command_line import OneLineParser
 from simeval.policy_kinds.remote import DEFAULT_KEYS
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
 from simeval.serve_policy.batching import BatchingServer
@@ -32,14 +33,9 @@ from simeval.serve_policy.batching import BatchingServer
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit code 2, no usage wall
-        raise ValueError(f"{message} (see --help).")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m simeval.serve_policy``."""
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m simeval.serve_policy",
         description="Serve a checkpoint's policy over openpi's WebSocket + msgpack protocol, batching requests.",
         allow_abbrev=False,
