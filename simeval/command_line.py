@@ -1,8 +1,12 @@
-"""``OneLineParser``: the argument parser of simeval's commands, whose every error is one line."""
+"""What simeval's commands share: ``OneLineParser`` (every parse error one line) and ``run_command`` (the exit, a
+closed pipe included)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 
@@ -22,3 +26,18 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Raise ``error_type`` with ``message`` and a pointer to ``--help``."""
         raise self.error_type(f"{message} (see --help).")
+
+
+def run_command(main: Callable[[], int]) -> NoReturn:
+    """Exit with ``main()``'s code; a reader that closes the pipe early (``... | head``) ends the command quietly,
+    as ``SIGPIPE`` would: no traceback, exit status 141 (128 + SIGPIPE). Every console entry point runs through it."""
+    try:
+        code = main()
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at devnull so that flush cannot fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(141)
+    sys.exit(code)

@@ -369,3 +369,21 @@ def test_video_without_a_headless_opengl_is_one_line_saying_what_to_install(monk
     assert headless_gl() == {"MUJOCO_GL": "osmesa"}
     monkeypatch.setenv("MUJOCO_GL", "egl")
     assert headless_gl() == {"MUJOCO_GL": "egl"}  # the user's choice stands
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_launcher_and_export_quietly(tmp_path):
+    """``simeval.launch ... | head`` and ``simeval.export ... | head``: exit 141 (or 0), as SIGPIPE would, no
+    BrokenPipeError traceback and no error line."""
+    import shlex
+
+    from simeval.checkpoints.shipped import shipped_checkpoint
+
+    py, ck = shlex.quote(sys.executable), shlex.quote(shipped_checkpoint())
+    for cmd in (
+        f"{py} -m simeval.launch --checkpoint {ck} --episodes 2 --max-steps 20 --num-envs 2 --out {tmp_path / 'o'}",
+        f"{py} -m simeval.export {ck} --to onnx --out {tmp_path / 'a.onnx'}",
+    ):
+        proc = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -c 1 >/dev/null"], capture_output=True,
+                              text=True, timeout=240, cwd=REPO)  # fmt: skip
+        assert "Traceback" not in proc.stderr and "Broken" not in proc.stderr and "error" not in proc.stderr, cmd
+        assert proc.returncode in (0, 141), (cmd, proc.returncode, proc.stderr)

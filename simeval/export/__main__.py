@@ -10,7 +10,7 @@ import argparse
 import sys
 import traceback
 
-from simeval.command_line import OneLineParser
+from simeval.command_line import OneLineParser, run_command
 from simeval.export import TARGETS, export_checkpoint
 
 
@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         result = export_checkpoint(
             args.checkpoint, args.to, out=args.out, env=args.env, format=args.format, policy=args.policy
         )
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: run_command ends quietly
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         if "--debug" in argv:
             traceback.print_exc()
@@ -56,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_exit() -> None:
-    """Console-script entry point (``simeval-export``)."""
-    sys.exit(main())
+    """Console-script entry point (``simeval-export``, ``python -m simeval.export``): :func:`run_command`."""
+    run_command(main)
 
 
 if __name__ == "__main__":

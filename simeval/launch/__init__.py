@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         from simeval.launch.app import run
 
         return run(parsed, cfg.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: run_command ends quietly
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         if debug:
             traceback.print_exc()
@@ -90,5 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_exit() -> None:
-    """Console-script entry point (``simeval-launch``)."""
-    sys.exit(main())
+    """Console-script entry point (``simeval-launch``, ``python -m simeval.launch``): :func:`run_command`."""
+    from simeval.command_line import run_command
+
+    run_command(main)

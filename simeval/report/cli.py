@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from simeval.command_line import run_command
 from simeval.records import ResultsFileError
 from simeval.report.comparison import CompareError, compare, json_rows
 from simeval.report.curves import failures, plot, table
@@ -181,18 +182,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_exit() -> None:
-    """Console-script entry point (``simeval-report``, ``python -m simeval.report``).
-
-    A reader that closes the pipe early (``report compare --json | head``) ends the
-    command quietly, as ``SIGPIPE`` would: no traceback, exit status 141 (128 + SIGPIPE).
-    """
-    try:
-        code = main()
-        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
-    except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at devnull so that flush cannot fail.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        sys.exit(141)
-    sys.exit(code)
+    """Console-script entry point (``simeval-report``, ``python -m simeval.report``): :func:`run_command`."""
+    run_command(main)

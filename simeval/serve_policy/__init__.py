@@ -25,7 +25,7 @@ from typing import Any
 
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
-from simeval.command_line import OneLineParser
+from simeval.command_line import OneLineParser, run_command
 from simeval.policy_kinds.remote import DEFAULT_KEYS
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
 from simeval.serve_policy.batching import BatchingServer
@@ -165,5 +165,5 @@ async def _serve(server: BatchingServer, host: str, port: int, what: str) -> int
 
 
 def main_exit() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point (``python -m simeval.serve_policy``): :func:`run_command`."""
+    run_command(main)

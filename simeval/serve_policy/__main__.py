@@ -1,7 +1,5 @@
 """``python -m simeval.serve_policy``."""
 
-import sys
+from simeval.serve_policy import main_exit
 
-from simeval.serve_policy import main
-
-sys.exit(main())
+main_exit()
