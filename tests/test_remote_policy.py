@@ -218,6 +218,15 @@ async def handler(ws):
             os._exit(1)
         if MODE == "hang":
             await asyncio.sleep(3600)
+        if MODE == "image":  # a policy that sees pixels: openpi's uint8 HWC image, or an error frame
+            image = unpackb(message).get("observation/image")
+            ok = isinstance(image, np.ndarray) and image.dtype == np.uint8
+            if not (ok and image.ndim == 3 and image.shape[2] == 3):
+                await ws.send("ValueError: no uint8 [H, W, 3] observation/image in the request")
+                continue
+            actions = np.tanh(state[:6].astype(np.float64) + image.mean() / 255.0).astype(np.float32)
+            await ws.send(packb({"actions": actions}))
+            continue
         actions = {
             "ok": np.tanh(state[:6]),
             "nan": np.full(6, np.nan, np.float32),
@@ -334,3 +343,44 @@ def test_chunks_are_played_whole_before_the_server_is_asked_again():
     """Chunks of 4 per sub-env: a quarter of the requests of one action per reply (plus each episode's start)."""
     plain, chunked = _requests("ok", None), _requests("chunk", 4)
     assert plain >= 40 and chunked <= plain / 3
+
+
+BY_HAND = """
+import json, sys, torch
+from tensordict.nn import TensorDictModule
+from simeval.envs import make_env
+
+env = make_env("HalfCheetah-v5", num_envs=2, seed=0, max_steps=20, cameras=["track"], image_size=32, obs_norm=False)
+
+def act(state, image):  # the fake server's policy, on the images it is sent (uint8 HWC)
+    pixels = (image * 255.0).round().to(torch.uint8).double()
+    return torch.tanh(state[..., :6].double() + pixels.mean(dim=(-3, -2, -1), keepdim=False)[..., None] / 255.0).float()
+
+policy = TensorDictModule(act, in_keys=["observation.state", "observation.images.track"], out_keys=["action"])
+with torch.no_grad():
+    print(json.dumps(env.rollout(20, policy)["next", "reward"].sum(1).view(-1).tolist()))
+"""
+
+
+def test_camera_images_reach_a_policy_server_as_openpis_uint8_images(tmp_path):
+    """--cameras with --policy-server: each sub-env's image goes as observation/image (uint8 [H, W, 3]) beside the
+    state; the returns equal a rollout by hand of the server's policy on the same images."""
+    proc, port = _fake("image")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "simeval.launch", "--policy-server", f"ws://127.0.0.1:{port}", "--env",
+             "HalfCheetah-v5", "--cameras", "track", "--image-size", "32", "--num-envs", "2", "--episodes", "2",
+             "--max-steps", "20", "--out", str(tmp_path / "out")],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        _stop(proc)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "out" / "results.jsonl") as f:
+        (line,) = [json.loads(x) for x in f]
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL") or "egl"}
+    by_hand = subprocess.run([sys.executable, "-c", BY_HAND], cwd=ROOT, capture_output=True, text=True, env=env,
+                             timeout=300)  # fmt: skip
+    assert by_hand.returncode == 0, by_hand.stderr[-2000:]
+    np.testing.assert_allclose(line["episode_returns"], json.loads(by_hand.stdout), rtol=1e-5)
+    assert line["settings"]["cameras"] == ["track"]

@@ -9,7 +9,9 @@ the sub-env's reset by :class:`~simeval.policy_kinds.acting.ActingPolicy` (what
 
 * the server sends its metadata (a msgpack map) first on every connection;
 * each request is one sub-env's observation, a msgpack map (``observation/state``: float32
-  ``[obs_dim]`` by default), NumPy arrays as openpi's ``msgpack_numpy`` encodes them
+  ``[obs_dim]`` by default; with camera observations, each camera's current image as uint8
+  ``[H, W, 3]``: the first camera's as ``observation/image``, another's as
+  ``observation/<camera>_image``), NumPy arrays as openpi's ``msgpack_numpy`` encodes them
   (:mod:`simeval.policy_kinds.wire`);
 * each reply is a map holding ``actions`` (``[chunk, act_dim]`` or ``[act_dim]``); a text
   frame instead is the server's error.
@@ -27,7 +29,8 @@ from simeval.policy_kinds.base import Acting, PolicyKind
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES
 
 DEFAULT_TIMEOUT_S = 30.0  # a reply later than this fails the round (a dead or hung server)
-DEFAULT_KEYS = {"state": "observation/state", "actions": "actions"}
+DEFAULT_KEYS = {"state": "observation/state", "actions": "actions", "image": "observation/image"}
+CAMERA_KEY = "image:"  # "image:<camera>": that camera's request key (default observation/<camera>_image)
 REMOTE_FACTORY = "simeval.policy_kinds.remote:remote_policy"  # trusted input only: never registered for files
 CLIENT_CLASS = "RemoteClientPolicy"
 CLIENT_MODULE = "simeval.policy_kinds.remote_client"
@@ -66,15 +69,28 @@ def check_url(url: Any) -> str:
 
 
 def check_keys(keys: Any) -> dict[str, str]:
-    """The request and reply keys: :data:`DEFAULT_KEYS` updated by ``keys`` (``state``, ``actions``)."""
+    """The request and reply keys: :data:`DEFAULT_KEYS` updated by ``keys`` (``state``, ``actions``, ``image``:
+    the first camera's image, ``image:<camera>``: any camera's)."""
     if keys is None:
         return dict(DEFAULT_KEYS)
     if not isinstance(keys, dict) or not all(isinstance(v, str) and v for v in keys.values()):
         raise ValueError(f"the policy server's keys must be a mapping of names to keys, got {keys!r:.80}.")
-    unknown = sorted(set(keys) - set(DEFAULT_KEYS))
+    camera = [k for k in keys if k.startswith(CAMERA_KEY) and len(k) > len(CAMERA_KEY)]
+    unknown = sorted(k for k in keys if k not in DEFAULT_KEYS and k not in camera)
     if unknown:
-        raise ValueError(f"unknown policy server key names {unknown}: choose among {sorted(DEFAULT_KEYS)}.")
+        names = sorted(DEFAULT_KEYS) + [CAMERA_KEY + "<camera>"]
+        raise ValueError(f"unknown policy server key names {unknown}: choose among {names}.")
     return {**DEFAULT_KEYS, **keys}
+
+
+def image_keys(cameras: list[str], keys: dict[str, str]) -> dict[str, str]:
+    """Each camera's request key: ``image:<camera>`` where given, else the first camera's ``image`` and
+    ``observation/<camera>_image`` for the others."""
+    out = {}
+    for i, camera in enumerate(cameras):
+        default = keys["image"] if i == 0 else f"observation/{camera}_image"
+        out[camera] = keys.get(CAMERA_KEY + camera, default)
+    return out
 
 
 def remote_policy(
@@ -91,23 +107,31 @@ def remote_policy(
         env: the env the policy acts in (its specs give the observation and action sizes).
         url: ``ws://HOST:PORT``.
         chunk: actions per reply; None: the server's metadata ``action_chunk``, else 1.
-        keys: request and reply keys (``{"state": "observation/state", "actions": "actions"}`` by default).
+        keys: request and reply keys (:data:`DEFAULT_KEYS` by default; :func:`check_keys`).
         timeout_s: the most seconds a connection or a reply may take before the round fails.
         max_message_bytes: the largest message read from the server.
 
     The token, where the server asks for one, is read from the environment variable
     ``SIMEVAL_POLICY_SERVER_TOKEN`` (never from the command line or a results file).
     """
+    from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY
     from simeval.policy_kinds.remote_client import RemoteClientPolicy
 
-    obs_dim = int(env.observation_spec["observation"].shape[-1])
+    spec = env.observation_spec
+    names = [k for k in spec.keys() if isinstance(k, str)]
+    state_key = STATE_KEY if STATE_KEY in names else "observation"
+    cameras = [k[len(IMAGE_PREFIX) :] for k in names if k.startswith(IMAGE_PREFIX)]
+    obs_dim = int(spec[state_key].shape[-1])
     act_dim = int(env.full_action_spec_unbatched["action"].shape[-1])
+    keys = check_keys(keys)
     return RemoteClientPolicy(
         check_url(url),
         obs_dim,
         act_dim,
         chunk=chunk,
-        keys=check_keys(keys),
+        keys=keys,
         timeout_s=timeout_s,
         max_message_bytes=max_message_bytes,
+        state_key=state_key,
+        images={IMAGE_PREFIX + c: key for c, key in image_keys(cameras, keys).items()},
     )

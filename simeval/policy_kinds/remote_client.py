@@ -1,4 +1,5 @@
-"""The remote policy's client: a module ("observation" -> "action") whose forward asks a policy server.
+"""The remote policy's client: a module (the observation, and any camera images -> "action") whose forward asks a
+policy server.
 
 Built in the worker by :func:`simeval.policy_kinds.remote.remote_policy`. One WebSocket
 connection per worker, opened when the client is built (the server's metadata says its
@@ -35,9 +36,13 @@ class RemoteClientPolicy(TensorDictModuleBase):
         url: ``ws://HOST:PORT``.
         obs_dim, act_dim: the env's observation and action sizes.
         chunk: actions per reply (None: the server's metadata ``action_chunk``, else 1).
-        keys: ``{"state": <request key>, "actions": <reply key>}``.
+        keys: ``{"state": <request key>, "actions": <reply key>, ...}``.
         timeout_s: the most seconds to connect, or to receive one call's replies.
         max_message_bytes: the largest message read.
+        state_key: the observation entry sent as the state (``observation``, or ``observation.state``
+            where the env has cameras).
+        images: camera image entries (float ``[3, H, W]`` in [0, 1]) -> their request keys; each is
+            sent as uint8 ``[H, W, 3]``, openpi's layout.
     """
 
     def __init__(
@@ -50,9 +55,12 @@ class RemoteClientPolicy(TensorDictModuleBase):
         keys: dict[str, str],
         timeout_s: float,
         max_message_bytes: int,
+        state_key: str = "observation",
+        images: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
-        self.in_keys, self.out_keys = ["observation"], ["action"]
+        self.state_key, self.images = state_key, dict(images or {})
+        self.in_keys, self.out_keys = [state_key, *self.images], ["action"]
         self.url, self.obs_dim, self.act_dim = url, obs_dim, act_dim
         self.keys, self.timeout_s, self.max_message_bytes = keys, float(timeout_s), int(max_message_bytes)
         self._ws: Any = None
@@ -154,22 +162,29 @@ class RemoteClientPolicy(TensorDictModuleBase):
     # -- calls ------------------------------------------------------------
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Set "action" ([..., act_dim], or [..., chunk, act_dim] for chunks) from the server's replies."""
-        obs = tensordict.get("observation")
+        obs = tensordict.get(self.state_key)
         lead = obs.shape[:-1]
         flat = obs.detach().reshape(-1, obs.shape[-1]).to("cpu", torch.float32).numpy()
-        actions = torch.from_numpy(self.ask(flat)).to(obs.device)
+        images = {}
+        for entry, key in self.images.items():
+            image = tensordict.get(entry).detach()
+            image = image.reshape(-1, *image.shape[-3:]).to("cpu")
+            images[key] = (image * 255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        actions = torch.from_numpy(self.ask(flat, images)).to(obs.device)
         tensordict.set("action", actions.reshape(*lead, *actions.shape[1:]))
         return tensordict
 
-    def ask(self, states: np.ndarray) -> np.ndarray:
-        """The actions for each row of ``states`` ([n, obs_dim]): [n, act_dim], or [n, chunk, act_dim] for chunks."""
+    def ask(self, states: np.ndarray, images: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """The actions for each row of ``states`` ([n, obs_dim]), with row ``i`` of each of ``images`` (request key
+        -> [n, H, W, 3] uint8): [n, act_dim], or [n, chunk, act_dim] for chunks."""
+        images = images or {}
         if self._ws is None:
             self.metadata = self._connect()
         from websockets.exceptions import ConnectionClosed
 
         try:
-            for row in states:
-                self._ws.send(packb({self.keys["state"]: row}))
+            for i, row in enumerate(states):
+                self._ws.send(packb({self.keys["state"]: row, **{key: image[i] for key, image in images.items()}}))
         except (ConnectionClosed, OSError):
             self.close()
             raise RemotePolicyError(f"the policy server at {self.url} closed the connection.") from None
