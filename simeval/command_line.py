@@ -1,11 +1,12 @@
-"""What simeval's commands share: ``OneLineParser`` (every parse error one line) and ``run_command`` (the exit, a
-closed pipe included)."""
+"""What simeval's commands share: ``OneLineParser`` (every parse error one line), ``error_line`` (any other error,
+one line) and ``run_command`` (the exit, a closed pipe included)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -41,3 +42,13 @@ def run_command(main: Callable[[], int]) -> NoReturn:
         os.close(devnull)
         sys.exit(141)
     sys.exit(code)
+
+
+def error_line(prog: str, exc: BaseException, argv: list[str]) -> int:
+    """Print ``PROG: error: <the first line of exc>`` on stderr (its traceback first with ``--debug`` in ``argv``);
+    the exit code of bad input, 2."""
+    if "--debug" in argv:
+        traceback.print_exc()
+    text = str(exc).strip()
+    print(f"{prog}: error: {text.splitlines()[0] if text else type(exc).__name__}", file=sys.stderr, flush=True)
+    return 2

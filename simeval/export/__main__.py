@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 
-from simeval.command_line import OneLineParser, run_command
+from simeval.command_line import OneLineParser, error_line, run_command
 from simeval.export import TARGETS, export_checkpoint
 
 
@@ -48,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         raise  # the reader of stdout went away: run_command ends quietly
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
-        if "--debug" in argv:
-            traceback.print_exc()
-        text = str(exc).strip()
-        print(f"simeval-export: error: {text.splitlines()[0] if text else type(exc).__name__}", file=sys.stderr)
-        return 2
+        return error_line("simeval-export", exc, argv)
     print(result.describe(), flush=True)
     return 0
 

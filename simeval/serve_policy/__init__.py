@@ -19,13 +19,12 @@ import asyncio
 import os
 import signal
 import sys
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
-from simeval.command_line import OneLineParser, run_command
+from simeval.command_line import OneLineParser, error_line, run_command
 from simeval.policy_kinds.remote import DEFAULT_KEYS
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
 from simeval.serve_policy.batching import BatchingServer
@@ -115,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         max_bytes = parse_size(args.max_message)
         served = load_served(args.checkpoint, args.env, args.format, args.policy, args.device)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
-        if "--debug" in argv:
-            traceback.print_exc()
-        text = str(exc).strip()
-        print(f"simeval.serve_policy: error: {text.splitlines()[0] if text else type(exc).__name__}", file=sys.stderr)
-        return 2
+        return error_line("simeval.serve_policy", exc, argv)
     metadata = {
         "server": "simeval",
         "protocol": "openpi",
