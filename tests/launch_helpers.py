@@ -120,3 +120,12 @@ def recorded_keys(out) -> set[str]:
     from simeval import records
 
     return {evaluation_key(r) for r in records.read_records(os.path.join(out, "results.jsonl")) if "task" in r}
+
+
+def small_suite(name: str, second: str) -> str:
+    """A suite file's text: HalfCheetah-v5, 2 episodes of 30 steps on 2 sub-envs, a nominal cell and ``second``
+    (``"<condition name>: {<setting>: <value>}"``)."""
+    return (
+        f"name: {name}\nseed: 0\nepisodes: 2\nnum_envs: 2\nmax_steps: 30\ntasks:\n  - env: HalfCheetah-v5\n"
+        f"    conditions:\n      nominal: {{}}\n      {second}\n"
+    )

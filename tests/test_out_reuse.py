@@ -15,21 +15,14 @@ import os
 import time
 
 import pytest
-from launch_helpers import cli, read_records, write_checkpoints
+from launch_helpers import cli, read_records, small_suite, write_checkpoints
 
 SMALL = ("--num-envs", "2", "--max-steps", "30")
-SUITE = """\
-name: {name}
-seed: 0
-episodes: 2
-num_envs: 2
-max_steps: 30
-tasks:
-  - env: HalfCheetah-v5
-    conditions:
-      nominal: {{}}
-      noisy: {{action_noise: {noise}}}
-"""
+
+
+def suite_of(name: str, noise: float) -> str:
+    """The module's suite: a nominal cell and one of action noise `noise`."""
+    return small_suite(name, f"noisy: {{action_noise: {noise}}}")
 
 
 @pytest.fixture(scope="module")
@@ -135,17 +128,17 @@ def test_lines_written_before_lines_said_their_settings_resume_without_refusal(c
 def test_a_suite_into_an_out_of_another_suite_other_conditions_or_a_plain_run_is_refused(ckpt, tmp_path):
     out, one = tmp_path / "out", str(ckpt / "step_0002000.pt")
     suite = tmp_path / "suite.yaml"
-    suite.write_text(SUITE.format(name="robust", noise=0.1))
+    suite.write_text(suite_of("robust", 0.1))
     assert cli("--suite", str(suite), "--checkpoint", one, "--out", str(out)).returncode == 0
     proc = cli("--suite", str(suite), "--checkpoint", one, "--out", str(out))  # the same suite again: resumed
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resuming: 2 cell evaluation(s) already in" in proc.stdout
 
-    suite.write_text(SUITE.format(name="robust", noise=0.3))
+    suite.write_text(suite_of("robust", 0.3))
     line = _refusal(cli("--suite", str(suite), "--checkpoint", one, "--out", str(out)), out)
     assert 'condition_settings {"action_noise": 0.1} (now {"action_noise": 0.3})' in line
     other = tmp_path / "other.yaml"
-    other.write_text(SUITE.format(name="other", noise=0.1))
+    other.write_text(suite_of("other", 0.1))
     assert "suite robust (now other)" in _refusal(
         cli("--suite", str(other), "--checkpoint", one, "--out", str(out)), out
     )
@@ -167,10 +160,8 @@ BAD_INPUTS = {
 def test_a_bad_input_creates_no_directory(given_out, ckpt, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    (work / "bad.yaml").write_text(
-        SUITE.format(name="s", noise=0.1).replace("    conditions:", "    bogus: 1\n    conditions:")
-    )
-    (work / "typo.yaml").write_text(SUITE.format(name="s", noise=0.1).replace("HalfCheetah-v5", "HalfCheeta-v5"))
+    (work / "bad.yaml").write_text(suite_of("s", 0.1).replace("    conditions:", "    bogus: 1\n    conditions:"))
+    (work / "typo.yaml").write_text(suite_of("s", 0.1).replace("HalfCheetah-v5", "HalfCheeta-v5"))
     names = {"CKPT": str(ckpt / "step_0001000.pt"), "BAD_SUITE": "bad.yaml", "TYPO_SUITE": "typo.yaml"}
     for what, args in BAD_INPUTS.items():
         args = [names.get(a, a) for a in args] + (["--out", "out"] if given_out else [])

@@ -15,22 +15,11 @@ import threading
 import time
 
 import pytest
-from launch_helpers import cli, read_records, write_checkpoints
+from launch_helpers import cli, read_records, small_suite, write_checkpoints
 
 SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30", "--poll-interval", "0.2")
 CELLS = 2
-SUITE = """\
-name: retry
-seed: 0
-episodes: 2
-num_envs: 2
-max_steps: 30
-tasks:
-  - env: HalfCheetah-v5
-    conditions:
-      nominal: {}
-      obs-noise: {observation_noise: 0.1}
-"""
+SUITE = small_suite("retry", "obs-noise: {observation_noise: 0.1}")
 
 
 @pytest.fixture(scope="module")
