@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from launch_helpers import cli, popen_cli, write_checkpoints
+from launch_helpers import REPO, cli, popen_cli, write_checkpoints
 
 from simeval.launch.cells import summary
 from simeval.launch.summary import RunSummary, retry_command
@@ -213,3 +213,39 @@ def test_the_board_shows_counts_without_eta_where_the_total_is_unknown():
     board.finished(0)
     assert stream.getvalue().splitlines() == ["b: 2/4 episodes, 10 env-steps, 10 env-steps/s, 0:01 elapsed, ETA 0:01"]
     assert board.run_done == 1
+
+
+def test_a_launcher_run_on_a_terminal_shows_a_live_bar_and_no_plain_lines(tmp_path):
+    """Under a pseudo-terminal: rich's bar (the bar, episodes done of the total, env-steps/s), drawn in place and
+    gone at the end (transient), no plain progress lines, and the summary after it."""
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    (path,) = write_checkpoints(str(tmp_path / "ckpt"), steps=(1000,))
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "simeval.launch", "--checkpoint", path, "--out", str(tmp_path / "out"),
+           "--episodes", "8", "--num-envs", "2", "--max-steps", "400"]  # fmt: skip
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "PYTHONPATH": REPO}
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, cwd=REPO, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 240)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, out[-2000:]
+    text = out.decode("utf-8", errors="replace")
+    assert "\x1b[" in text and "━" in text  # a live display: control codes and rich's bar
+    assert "/8" in text and "env-steps/s" in text and "checkpoint step_0001000.pt" in text
+    assert "checkpoint step_0001000.pt: " not in text  # the plain progress line is for logs only
+    assert "summary: 1 evaluation(s), 0 failed" in text
