@@ -267,6 +267,14 @@ class SequentialPaired:
         """``better``, ``worse``, ``equivalent`` or ``inconclusive``, from the interval (see the class)."""
         return verdict_of(self.low, self.high, self.margin)
 
+    @property
+    def method(self) -> str:
+        """Which sequence this is: ``group-sequential`` (planned looks), ``betting CS`` (declared bounds) or
+        ``t-mixture CS``."""
+        if isinstance(self.differences, GroupSequentialMean):
+            return "group-sequential"
+        return "betting CS" if self.bounds is not None else "t-mixture CS"
+
 
 class SequentialMcNemar:
     """McNemar's test in sequential form: a confidence sequence for the share of discordant episodes B won.

@@ -523,7 +523,7 @@ def _adaptive_cell(
         described,
         diff=stats.Interval(seq.diff, seq.low, seq.high),
         verdict=seq.verdict,
-        method=_sequence_method(plan, bounds),
+        method=seq.method,
     )
     success = None
     if success_seq is not None:
@@ -568,13 +568,6 @@ def _decided_stop(
             f"{common - 1}: every look is used (the confidence sequence holds at every look)."
         )
     return replayed
-
-
-def _sequence_method(plan: LookPlan, bounds: tuple[float, float] | None) -> str:
-    """The name (a key of :data:`METHODS`) of the sequence ``plan.paired`` gives a cell with ``bounds``."""
-    if bounds is not None:
-        return "betting CS"
-    return "group-sequential" if plan.design == "planned" else "t-mixture CS"
 
 
 def _precise_stop(
