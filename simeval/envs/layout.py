@@ -119,6 +119,11 @@ STATE_KEY = "observation.state"  # where an env with cameras keeps the vector Ve
 IMAGE_PREFIX = "observation.images."
 
 
+def image_key(camera: str) -> str:
+    """The observation key of ``camera``'s images (LeRobot's ``observation.images.<camera>``)."""
+    return IMAGE_PREFIX + camera
+
+
 def append_layout(
     env: TransformedEnv,
     max_steps: int | None,
@@ -154,4 +159,4 @@ def append_layout(
     if frame_stack > 1:
         from simeval.envs.frame_stack import StackFrames
 
-        env.append_transform(StackFrames([IMAGE_PREFIX + c for c in cameras], frame_stack))
+        env.append_transform(StackFrames([image_key(c) for c in cameras], frame_stack))

@@ -114,7 +114,7 @@ def remote_policy(
     The token, where the server asks for one, is read from the environment variable
     ``SIMEVAL_POLICY_SERVER_TOKEN`` (never from the command line or a results file).
     """
-    from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY
+    from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY, image_key
     from simeval.policy_kinds.remote_client import RemoteClientPolicy
 
     spec = env.observation_spec
@@ -133,5 +133,5 @@ def remote_policy(
         timeout_s=timeout_s,
         max_message_bytes=max_message_bytes,
         state_key=state_key,
-        images={IMAGE_PREFIX + c: key for c, key in image_keys(cameras, keys).items()},
+        images={image_key(c): key for c, key in image_keys(cameras, keys).items()},
     )

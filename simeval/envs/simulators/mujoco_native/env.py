@@ -27,7 +27,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
-from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY
+from simeval.envs.layout import STATE_KEY, image_key
 from simeval.envs.simulators.mujoco_native.groups import SimGroup, split
 from simeval.envs.simulators.mujoco_native.tasks import get_task, load_model, sub_env_generators
 
@@ -36,11 +36,6 @@ if TYPE_CHECKING:
 
 
 MAX_IMAGE_SIDE = 1024
-
-
-def image_key(camera: str) -> str:
-    """The observation key of ``camera``'s images (LeRobot's ``observation.images.<camera>``)."""
-    return IMAGE_PREFIX + camera
 
 
 class _Eyes:
