@@ -11,9 +11,11 @@ own seed. Three kinds:
   ``action_delay`` (the env gets the action of ``k`` steps earlier; the first
   ``k`` actions of an episode are zero), ``inference_delay`` (inference latency in
   control steps: the policy's answer to step ``t``'s observation reaches the env at
-  step ``t + d``, when it is asked again; meanwhile the last answer is held, zeros
-  before the first; ``d = 1`` equals ``action_delay: 1``), ``action_scale`` (the action is
-  multiplied by it: actuator strength; the env's own limits still apply);
+  step ``t + d``; while it is on its way the last answer is held (zeros before the first;
+  ``d = 1`` equals ``action_delay: 1``), or, written ``{steps: d, while_waiting: tail}``, a
+  policy of action chunks plays the previous chunk's tail (:data:`WHILE_WAITING`)),
+  ``action_scale`` (the action is multiplied by it: actuator strength; the env's own
+  limits still apply);
 * simulator-native, on the native MuJoCo env (``backend="native"``):
   ``body_mass_scale`` (every body's mass and inertia), ``friction_scale``
   (every geom's friction coefficients), ``gravity`` (its vertical component,
@@ -47,6 +49,11 @@ GENERIC = ("observation_noise", "action_noise", "action_delay", "inference_delay
 # Set in the simulation itself; the native MuJoCo env only.
 PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
 CFG = "cfg"
+# inference_delay's modes, what the env plays while an answer is on its way: "hold" (the default) the last answer,
+# applied by the Perturb transform around the env; "tail" the rest of the previous action chunk, played by the
+# worker's chunk player (simeval.policy_kinds.acting.ActingPolicy), which alone knows the chunks.
+WHILE_WAITING = ("hold", "tail")
+_DELAY_KEYS = ("steps", "while_waiting")
 SETTINGS = (*GENERIC, *PHYSICS)
 # The kind of each setting: what a simulator must be able to do to apply it (a simulator declares the kinds
 # it applies, simeval.envs.simulators.Simulator.capabilities). Words for messages beside each kind.
@@ -143,6 +150,8 @@ class Condition:
 
     values: Mapping[str, float | tuple[float, float]] = field(default_factory=dict)
     cfg: Mapping[str, Any] = field(default_factory=dict)
+    while_waiting: str = "hold"
+    """What plays while an ``inference_delay`` answer is on its way: one of :data:`WHILE_WAITING`."""
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | None, where: str = "condition") -> Condition:
@@ -153,9 +162,13 @@ class Condition:
             raise ValueError(f"{where}: expected a mapping of settings ({{}} for the nominal env), got {data!r}.")
         values: dict[str, float | tuple[float, float]] = {}
         cfg: dict[str, Any] = {}
+        while_waiting = "hold"
         for name, value in data.items():
             if name == CFG:
                 cfg = _parse_cfg(value, f"{where}.{CFG}")
+            elif name == "inference_delay" and isinstance(value, Mapping):
+                value, while_waiting = _delay_mapping(value, f"{where}.{name}")
+                values[name] = _parse_value(name, value, f"{where}.{name}.steps")
             elif name in _RULES:
                 values[name] = _parse_value(name, value, f"{where}.{name}")
             else:
@@ -163,7 +176,7 @@ class Condition:
                     f"{where}: unknown setting {name!r}; settings are {', '.join(SETTINGS)} and {CFG} "
                     "(task-config overrides by dotted path)."
                 )
-        return cls(values, cfg)
+        return cls(values, cfg, while_waiting)
 
     @property
     def nominal(self) -> bool:
@@ -214,9 +227,32 @@ class Condition:
     def as_data(self) -> dict[str, Any]:
         """The condition as plain data (ranges as lists), as a suite file or results.jsonl writes it."""
         out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(self.values.items())}
+        if self.while_waiting != "hold" and "inference_delay" in out:
+            out["inference_delay"] = {"steps": out["inference_delay"], "while_waiting": self.while_waiting}
         if self.cfg:
             out[CFG] = dict(self.cfg)
         return out
+
+
+def _delay_mapping(value: Mapping, where: str) -> tuple[Any, str]:
+    """``inference_delay: {steps: d, while_waiting: hold | tail}`` as (the steps as given, the mode)."""
+    unknown = [k for k in value if k not in _DELAY_KEYS]
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key {unknown[0]!r}; inference_delay is a number of steps, a [low, high] range, "
+            "or {steps: <either>, while_waiting: hold | tail}."
+        )
+    if "steps" not in value:
+        raise ValueError(
+            f"{where}: steps is missing: {{steps: <a number or [low, high]>, while_waiting: hold | tail}}."
+        )
+    mode = value.get("while_waiting", "hold")
+    if mode not in WHILE_WAITING:
+        raise ValueError(
+            f"{where}.while_waiting: expected one of {', '.join(WHILE_WAITING)} (the last answer held, or the previous "
+            f"action chunk's tail played), got {mode!r}."
+        )
+    return value["steps"], mode
 
 
 def _parse_value(name: str, value: Any, where: str) -> float | tuple[float, float]:

@@ -9,6 +9,12 @@ the reset sub-envs' next episodes (on an env that resets itself inside
 are drawn from that seed (and kept in :attr:`Perturb.draws`), and the native
 MuJoCo env gets the episode's physics before its initial state is computed.
 
+``inference_delay`` holds the last answer while the next is on its way, here, for any
+policy. Its chunk-tail mode (``{steps: d, while_waiting: tail}``) is played where the action
+chunks are, by the worker's chunk player: :func:`chunk_tail_delays` hands it each sub-env's
+delay and stops this transform's hold (a policy of single actions has no chunk, and its
+tail is the hold: this transform keeps it).
+
 The noise is counter-based: the value added at step ``t`` to component ``j`` is
 a hash of (episode seed, t, j, stream), turned Gaussian (Box-Muller). No
 generator state is carried, so an episode's noise is the same whatever other
@@ -19,12 +25,13 @@ numbers a paired comparison needs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.envs import EnvBase, TransformedEnv
-from torchrl.envs.transforms import Transform
+from torchrl.envs.transforms import Compose, Transform
 
 from simeval.conditions import Condition, episode_seed, round_seed
 from simeval.envs.layout import IMAGE_PREFIX, resets_itself
@@ -83,6 +90,7 @@ class Perturb(Transform):
         self._state: dict[str, torch.Tensor] | None = None
         self._pending: torch.Tensor | None = None
         self._native_autoreset = False
+        self._tail_played_elsewhere = False  # chunk_tail_delays handed inference_delay to the chunk player
         self._max_delay = int(_high(condition.values.get("action_delay", 0)))
 
     # -- rounds ---------------------------------------------------------
@@ -97,6 +105,18 @@ class Perturb(Transform):
         self.draws = {}
         if self._state is not None:
             self._state["ordinal"].fill_(-1)
+
+    def inference_delays(self) -> torch.Tensor:
+        """Each sub-env's ``inference_delay`` for its current episode ([n] long; drawn when the episode began)."""
+        return self._ensure_state()["inference_delay"]
+
+    def hand_over_tail(self) -> Callable[[], torch.Tensor]:
+        """Stop holding answers here: the caller plays ``inference_delay``'s chunk tail; it reads the delays with
+        the returned function (:meth:`inference_delays`). Only for ``while_waiting: tail``."""
+        if self.condition.while_waiting != "tail" or "inference_delay" not in self.condition.values:
+            raise ValueError(f"{self!r} has no inference_delay with while_waiting: tail to hand over.")
+        self._tail_played_elsewhere = True
+        return self.inference_delays
 
     # -- state ------------------------------------------------------------
     def _env(self) -> object:
@@ -199,13 +219,14 @@ class Perturb(Transform):
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         values = self.condition.values
-        if not any(name in values for name in ("action_noise", "action_delay", "inference_delay", "action_scale")):
+        holds = "inference_delay" in values and not self._tail_played_elsewhere
+        if not holds and not any(name in values for name in ("action_noise", "action_delay", "action_scale")):
             return tensordict
         state = self._ensure_state()
         action = tensordict.get(self.action_key)
         n = state["t"].numel()
         applied = action.reshape(n, -1).to(torch.float64)
-        if "inference_delay" in values:
+        if holds:
             # each sub-env asks at t = 0, d, 2d, ... of its episode; the answer arrives d steps later
             d = state["inference_delay"]
             lagged = d > 0
@@ -252,6 +273,35 @@ class Perturb(Transform):
 
 def _high(value: float | tuple[float, float]) -> float:
     return value[1] if isinstance(value, tuple) else value
+
+
+def find_perturb(env: EnvBase) -> Perturb | None:
+    """The :class:`Perturb` among ``env``'s transforms (make_env puts it directly around the base env), or None."""
+    seen = 0
+    while isinstance(env, TransformedEnv) and seen < 64:  # a chain of wrappers, each with its transform(s)
+        transform = env.transform
+        for t in transform if isinstance(transform, Compose) else [transform]:
+            if isinstance(t, Perturb):
+                return t
+        env, seen = env.base_env, seen + 1
+    return None
+
+
+def chunk_tail_delays(env: EnvBase) -> Callable[[], torch.Tensor] | None:
+    """Where ``env`` applies ``inference_delay`` with ``while_waiting: tail``: its per-sub-env delays, read at each
+    step by the worker's chunk player, which then plays the wait (the env stops holding); else None.
+
+    The one place the condition meets the action chunks: the env sees one action per step, so the
+    chunk's tail can only be played by what keeps the chunks.
+    """
+    perturb = find_perturb(env)
+    if (
+        perturb is None
+        or perturb.condition.while_waiting != "tail"
+        or "inference_delay" not in perturb.condition.values
+    ):
+        return None
+    return perturb.hand_over_tail()
 
 
 def perturbed(base: EnvBase, condition: Condition) -> EnvBase:

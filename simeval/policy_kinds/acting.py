@@ -1,15 +1,26 @@
 """Observation history and action chunks, per sub-env: how the worker runs a policy that declares them.
 
 :class:`ActingPolicy` sits between the env and a policy whose :class:`~simeval.policy_kinds.Acting`
-is not plain. It keeps, for every sub-env, its last ``history`` observations and the rest of
-its current chunk of actions, and clears both when the sub-env's episode restarts (torchrl's
+is not plain. It keeps, for every sub-env, its last ``history`` observations and its current
+chunk of actions, and clears both when the sub-env's episode restarts (torchrl's
 ``InitTracker`` flag ``is_init``, which the worker adds to the env). The policy is called
-only for the sub-envs that need new actions (their chunk is played out, or their episode
-restarted), on their rows alone, so a sub-env's actions do not depend on the others'.
+only for the sub-envs that need new actions (``execute`` steps since their last call, or
+their episode restarted), on their rows alone, so a sub-env's actions do not depend on the others'.
+
+It is also where ``inference_delay``'s chunk-tail mode is played (``{steps: d, while_waiting:
+tail}``, :mod:`simeval.conditions`): the env sees one action per step, the chunks live here.
+The worker hands it each sub-env's delay (:func:`simeval.envs.perturb.chunk_tail_delays`). A
+chunk is then indexed by time: entry ``i`` of the answer to the query at step ``t`` is step
+``t + i``'s action. The answer arrives at ``t + d``, so its entries ``0 .. d - 1`` are stale and
+it plays from entry ``d``; until it arrives the previous chunk plays on (its tail); a chunk
+played past its end holds its last entry; before an episode's first answer the action is zero.
+The policy answers one query at a time: it is asked every ``max(execute, d)`` steps. With
+``d = 0`` this is the plain schedule, step for step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,36 +40,81 @@ class ActingPolicy(TensorDictModuleBase):
             (``[n, obs_dim]`` with a history of 1) and answers ``[n, chunk, act_dim]``
             (``[n, act_dim]`` with a chunk of 1).
         acting: what the policy declares.
+        delays: where the env's condition is ``inference_delay`` with ``while_waiting: tail``: a function
+            giving each sub-env's delay in steps for its current episode ([n] integers), read at every
+            step (see the module docstring); None: no delay.
     """
 
-    def __init__(self, policy: Any, acting: Acting) -> None:
+    def __init__(self, policy: Any, acting: Acting, delays: Callable[[], torch.Tensor] | None = None) -> None:
         super().__init__()
-        self.policy, self.acting = policy, acting
+        self.policy, self.acting, self.delays = policy, acting, delays
         self.in_keys, self.out_keys = ["observation", INIT_KEY], ["action"]
         self._history: torch.Tensor | None = None  # [n, history, obs_dim]
-        self._chunk: torch.Tensor | None = None  # [n, chunk, act_dim]
-        self._index: torch.Tensor | None = None  # [n]: the next action of each sub-env's chunk
+        self._chunk: torch.Tensor | None = None  # [n, chunk, act_dim]: the chunk playing
+        self._pending: torch.Tensor | None = None  # [n, chunk, act_dim]: the answer on its way
+        self._steps: dict[str, torch.Tensor] = {}  # [n] each: see _restart
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Set "action" for every sub-env: the next of its chunk, the policy called where a chunk is needed."""
+        """Set "action" for every sub-env: its chunk's entry for this step, the policy called where one is due."""
         obs = tensordict.get("observation")
         lead = obs.shape[:-1]
         flat = obs.reshape(-1, obs.shape[-1])
         n = flat.shape[0]
         starts = tensordict.get(INIT_KEY).reshape(n).to(torch.bool)
-        if self._index is None or self._index.shape[0] != n or self._index.device != flat.device:
+        s = self._steps
+        if not s or s["t"].shape[0] != n or s["t"].device != flat.device:
             starts = torch.ones(n, dtype=torch.bool, device=flat.device)
-            self._index = torch.zeros(n, dtype=torch.long, device=flat.device)
-            self._history = self._chunk = None
+            self._history = self._chunk = self._pending = None
+            s = self._steps = {
+                name: torch.zeros(n, dtype=torch.long, device=flat.device) for name in ("t", "next", "asked", "base")
+            }
+            s |= {name: torch.zeros(n, dtype=torch.bool, device=flat.device) for name in ("playing", "waiting")}
+        self._restart(starts)
         seen = self._observe(flat, starts)
-        call = starts | (self._index >= self.acting.steps_per_call)
-        if bool(call.any()):
-            rows = call.nonzero().reshape(-1)
-            self._answer(rows, seen[rows])
-        action = self._chunk[torch.arange(n, device=flat.device), self._index]
-        self._index += 1
+        delay = self._delay(n, flat.device)
+        self._arrive(delay)
+        ask = s["t"] >= s["next"]
+        if bool(ask.any()):
+            rows = ask.nonzero().reshape(-1)
+            self._ask(rows, seen[rows], delay[rows])
+            self._arrive(delay)  # a delay of 0: the answer plays at once
+        entry = (s["t"] - s["base"]).clamp(0, self.acting.chunk - 1)
+        action = self._chunk[torch.arange(n, device=flat.device), entry]
+        action = torch.where(s["playing"].reshape(n, *[1] * (action.dim() - 1)), action, torch.zeros_like(action))
+        s["t"] += 1
         tensordict.set("action", action.reshape(*lead, *action.shape[1:]))
         return tensordict
+
+    def _restart(self, starts: torch.Tensor) -> None:
+        """Sub-envs ``starts`` begin an episode: step 0, a query due now, no chunk playing and none on its way.
+
+        ``t``: the episode's step; ``next``: the step of the next query; ``asked``: the step of the query on its
+        way (``waiting``); ``base``: the step of the query whose answer plays (``playing``), its entry 0's step.
+        """
+        s = self._steps
+        for name in ("t", "next"):
+            s[name][starts] = 0
+        for name in ("playing", "waiting"):
+            s[name][starts] = False
+
+    def _delay(self, n: int, device: torch.device) -> torch.Tensor:
+        """Each sub-env's inference delay in steps ([n] long): the condition's, or zeros."""
+        if self.delays is None:
+            return torch.zeros(n, dtype=torch.long, device=device)
+        delay = self.delays().reshape(-1).to(device=device, dtype=torch.long)
+        if delay.shape[0] != n:
+            raise ValueError(f"the env's inference delays are for {delay.shape[0]} sub-envs, the policy sees {n}.")
+        return delay
+
+    def _arrive(self, delay: torch.Tensor) -> None:
+        """Answers whose delay has passed replace the chunk playing."""
+        s = self._steps
+        due = s["waiting"] & (s["t"] >= s["asked"] + delay)
+        if bool(due.any()):
+            self._chunk[due] = self._pending[due]
+            s["base"][due] = s["asked"][due]
+            s["playing"][due] = True
+            s["waiting"][due] = False
 
     def _observe(self, flat: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
         """What the policy reads for every sub-env: its observation, or its last ``history`` of them."""
@@ -72,8 +128,8 @@ class ActingPolicy(TensorDictModuleBase):
             self._history[starts] = flat[starts].unsqueeze(1).expand(-1, k, -1)
         return self._history
 
-    def _answer(self, rows: torch.Tensor, seen: torch.Tensor) -> None:
-        """Call the policy on ``rows``' observations; their chunks restart from its answer."""
+    def _ask(self, rows: torch.Tensor, seen: torch.Tensor, delay: torch.Tensor) -> None:
+        """Call the policy on ``rows``' observations; the answer is on its way until its delay has passed."""
         td = TensorDict({"observation": seen}, batch_size=[rows.shape[0]], device=seen.device)
         out = self.policy(td).get("action")
         chunk = self.acting.chunk
@@ -85,6 +141,11 @@ class ActingPolicy(TensorDictModuleBase):
                 f"{tuple(out.shape)}: expected [n, {chunk}, act_dim]."
             )
         if self._chunk is None:
-            self._chunk = torch.zeros(self._index.shape[0], *out.shape[1:], dtype=out.dtype, device=out.device)
-        self._chunk[rows] = out
-        self._index[rows] = 0
+            n = self._steps["t"].shape[0]
+            self._chunk = torch.zeros(n, *out.shape[1:], dtype=out.dtype, device=out.device)
+            self._pending = torch.zeros_like(self._chunk)
+        s = self._steps
+        self._pending[rows] = out
+        s["asked"][rows] = s["t"][rows]
+        s["waiting"][rows] = True
+        s["next"][rows] = s["t"][rows] + delay.clamp(min=self.acting.steps_per_call)

@@ -26,6 +26,7 @@ from torch import nn
 from simeval import metrics
 from simeval.conditions import episode_seed, round_seed
 from simeval.envs.layout import resets_itself
+from simeval.envs.perturb import chunk_tail_delays
 from simeval.envs.simulators import Simulator, simulator_of
 from simeval.policy_kinds import acting_of
 from simeval.policy_kinds.acting import INIT_KEY, ActingPolicy
@@ -163,7 +164,8 @@ class EvalWorker:
             self.policy = self._policy_factory(self.env)
         self._device = self._policy_device(owns_policy)
         acting = acting_of(self.policy)
-        self._acting = None if acting.plain else ActingPolicy(self.policy, acting)
+        # inference_delay's chunk-tail mode is played by the chunk player (the env holds for a plain policy)
+        self._acting = None if acting.plain else ActingPolicy(self.policy, acting, chunk_tail_delays(self.env))
         self._simulator = simulator_of(self.env)
         declared = () if self.settings.info_keys or self._simulator is None else self._simulator.info_keys(self.env)
         if declared:  # the simulator's per-step keys (e.g. a success flag), where the caller named none
