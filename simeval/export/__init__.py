@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from simeval.checkpoint_policy import CheckpointPolicy, build_checkpoint_policy, checkpoint_env
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.formats import onnx as onnx_format
-from simeval.envs import OBS_NORM_ID, check_env, make_env
-from simeval.factories import build_policy, is_registered, refusal, weights_bound
-from simeval.policies import DEFAULT_FACTORY
+from simeval.envs import check_env
 
 if TYPE_CHECKING:
     import torch
-    from torchrl.envs.transforms import VecNormV2
 
-    from simeval.checkpoints import Checkpoint
     from simeval.export.actor import Exported
 
 TARGETS = ("onnx", "torchscript")
@@ -100,13 +97,15 @@ def export_checkpoint(
     ck = load_checkpoint(path, format)
     if ck.meta.get("format") == "onnx":
         raise CheckpointError(f"{path}: already an exported ONNX policy; export the checkpoint it came from.")
-    env_name = _env_name(ck, env)
+    env_name = checkpoint_env(ck, env)
     out = os.fspath(out) if out is not None else default_out(path, to)
     if os.path.exists(out) and os.path.samefile(out, path):
         raise CheckpointError(f"{path}: --out is the checkpoint itself; choose another file.")
 
     check_env(env_name)
-    module, policy, vecnorm, obs_dim, act_dim, how = _build(ck, env_name, policy)
+    built = build_checkpoint_policy(ck, env_name, policy)
+    module, how = _exported(built)
+    vecnorm, obs_dim, act_dim = built.vecnorm, built.obs_dim, built.act_dim
     import torch
 
     from simeval.export.writers import WRITERS, atomic_write
@@ -121,7 +120,7 @@ def export_checkpoint(
         onnx_format.META_OBS_NORM: "folded" if vecnorm is not None else "none",
     }
     obs = _check_observations(module, obs_dim)
-    expected = _policy_actions(policy, vecnorm, obs)
+    expected = built.actions({"observation": obs})
     try:
         data, run = WRITERS[to](module, obs_dim, metadata)
         with torch.no_grad():
@@ -142,66 +141,15 @@ def export_checkpoint(
     )
 
 
-def _env_name(ck: Checkpoint, env: str | None) -> str:
-    if ck.env and env and env != ck.env:
-        raise CheckpointError(f"{ck.path}: trained on {ck.env}, but --env is {env}.")
-    name = ck.env or env
-    if not name:
-        raise CheckpointError(
-            f"{ck.path}: the checkpoint does not record its env: name it with --env (e.g. --env HalfCheetah-v5)."
-        )
-    return name
-
-
-_Built = tuple["Exported", Any, "VecNormV2 | None", int, int, str]
-
-
-def _build(ck: Checkpoint, env_name: str, factory: str | None = None) -> _Built:
-    """(module to write, the policy, its frozen VecNormV2 or None, obs dim, action dim, how the actor was derived)."""
-    import warnings
-
-    with warnings.catch_warnings():  # VecNormV2 on a batched env: what make_env's reduce_batch_dims is for
-        warnings.filterwarnings("ignore", message="Support of VecNormV2")
-        return _build_quietly(ck, env_name, factory)
-
-
-def _build_quietly(ck: Checkpoint, env_name: str, factory: str | None) -> _Built:
+def _exported(built: CheckpointPolicy) -> tuple[Exported, str]:
+    """The plain ``obs -> actions`` module of a built policy (its VecNorm folded in), and how its actor was derived."""
     from simeval.export.actor import Exported, Normalise, deterministic_actor
-    from simeval.weights import load_weights, resolve_model
 
-    env = make_env(env_name, num_envs=1, obs_norm=ck.obs_norm is not None)
-    try:
-        obs_dim = int(env.observation_spec["observation"].shape[-1])
-        act_dim = int(env.full_action_spec_unbatched["action"].shape[-1])
-        policy = _policy(ck, env, factory)
-        vecnorm = None
-        try:
-            load_weights(policy, ck.policy, "policy")
-            if ck.obs_norm is not None:
-                vecnorm = resolve_model({"env": env}, OBS_NORM_ID)
-                load_weights(vecnorm, ck.obs_norm, OBS_NORM_ID)
-                vecnorm.freeze()
-        except ValueError as exc:
-            raise CheckpointError(f"{ck.path}: {exc} (for {env_name})") from None
-    finally:
-        env.close()
-    policy.eval()
     normalise = None
-    if vecnorm is not None:
-        normalise = Normalise(vecnorm.loc["observation"], vecnorm.scale["observation"])
-    actor, how = deterministic_actor(policy)
-    return Exported(actor, normalise).eval(), policy, vecnorm, obs_dim, act_dim, how
-
-
-def _policy(ck: Checkpoint, env: Any, factory: str | None) -> Any:
-    """The checkpoint's policy for ``env``: built by ``factory`` (trusted: the command line), else by the
-    checkpoint's own factory, which must be registered."""
-    own = ck.policy_factory or DEFAULT_FACTORY
-    if not factory and not is_registered(own):
-        raise CheckpointError(refusal(ck.path, own))
-    kwargs = dict(ck.policy_kwargs) if (factory or own) == own else {}
-    bound = weights_bound(ck.policy) if kwargs else None
-    return build_policy(factory or own, kwargs, env, trusted=bool(factory), max_bytes=bound)
+    if built.vecnorm is not None:
+        normalise = Normalise(built.vecnorm.loc["observation"], built.vecnorm.scale["observation"])
+    actor, how = deterministic_actor(built.policy)
+    return Exported(actor, normalise).eval(), how
 
 
 def _check_observations(module: Exported, obs_dim: int) -> torch.Tensor:
@@ -214,19 +162,6 @@ def _check_observations(module: Exported, obs_dim: int) -> torch.Tensor:
     if hasattr(norm, "loc"):
         return norm.loc + norm.scale * z
     return z
-
-
-def _policy_actions(policy: Any, vecnorm: VecNormV2 | None, obs: torch.Tensor) -> torch.Tensor:
-    """What the evaluator does: the env's VecNormV2, then the policy under DETERMINISTIC."""
-    import torch
-    from tensordict import TensorDict
-    from torchrl.envs.utils import ExplorationType, set_exploration_type
-
-    td = TensorDict({"observation": obs}, batch_size=obs.shape[:1])
-    if vecnorm is not None:
-        td = vecnorm._step(td, td.clone())  # what the env applies to each step's observation (frozen: no update)
-    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-        return policy(td)["action"]
 
 
 def _error(got: torch.Tensor, expected: torch.Tensor) -> float:

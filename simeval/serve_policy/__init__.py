@@ -1,10 +1,16 @@
 """``python -m simeval.serve_policy CHECKPOINT --port P [--host 127.0.0.1] [--token T]``: serve a checkpoint's policy.
 
 The checkpoint's deterministic action, its observation normaliser applied (what an in-process
-evaluation computes), served over openpi's WebSocket + msgpack protocol
-(:mod:`simeval.policy_kinds.remote`): openpi's ``WebsocketClientPolicy`` and the launcher's
-``--policy-server ws://HOST:P`` evaluate it. Requests of every connection are batched into one
-forward pass (:mod:`simeval.serve_policy.batching`).
+evaluation computes: :func:`simeval.checkpoint_policy.build_checkpoint_policy`), served over
+openpi's WebSocket + msgpack protocol (:mod:`simeval.policy_kinds.remote`): openpi's
+``WebsocketClientPolicy`` and the launcher's ``--policy-server ws://HOST:P`` evaluate it.
+Requests of every connection are batched into one forward pass
+(:mod:`simeval.serve_policy.batching`).
+
+A policy that sees pixels (``--policy module:factory --cameras CAMERA ... --image-size N``) gets
+each request's images, openpi's uint8 ``[H, W, 3]``, as the env gives them in process:
+``observation.images.<camera>``, float32 ``[3, H, W]`` in [0, 1] (the bytes divided by 255, the
+env's own arithmetic), beside ``observation.state``.
 
 Security defaults: it binds 127.0.0.1; bound to any other address it refuses to start without a
 token (``--token``, or the environment variable ``SIMEVAL_POLICY_SERVER_TOKEN``), which every
@@ -19,15 +25,16 @@ import asyncio
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from simeval.checkpoint_policy import CheckpointPolicy, build_checkpoint_policy
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
 from simeval.command_line import OneLineParser, error_line, run_command
-from simeval.policy_kinds.remote import DEFAULT_KEYS
+from simeval.policy_kinds.remote import CAMERA_KEY, DEFAULT_KEYS, image_keys
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
-from simeval.serve_policy.batching import BatchingServer
+from simeval.serve_policy.batching import BatchingServer, Field
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -49,6 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-key", default=DEFAULT_KEYS["state"], help="the request key of the state")
     p.add_argument("--actions-key", default=DEFAULT_KEYS["actions"], help="the reply key of the actions")
     p.add_argument(
+        "--cameras", nargs="+", default=[], metavar="CAMERA", help="the cameras a --policy sees (e.g. track)"
+    )
+    p.add_argument("--image-size", type=int, default=64, help="--cameras: the images' side in pixels")
+    p.add_argument(
+        "--image-key",
+        action="append",
+        default=[],
+        metavar="CAMERA=KEY",
+        help=f"a camera's request key (the first's: {DEFAULT_KEYS['image']}, others': observation/<camera>_image)",
+    )
+    p.add_argument(
         "--batch-window-ms", type=float, default=2.0, help="wait after a request for others to join its pass"
     )
     p.add_argument("--max-batch", type=int, default=1024, help="the most requests in one forward pass")
@@ -60,40 +78,91 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclass
 class Served:
-    """A checkpoint's policy as served: ``obs [B, obs_dim] -> actions [B, act_dim]`` (NumPy float32)."""
+    """A checkpoint's policy as served: a batch of requests (request key -> stacked arrays) -> actions
+    ``[B, act_dim]`` (NumPy float32).
 
-    env: str
-    step: int
-    obs_dim: int
-    act_dim: int
-    policy: Any
-    vecnorm: Any
-    device: str
+    ``built`` is the policy (:class:`~simeval.checkpoint_policy.CheckpointPolicy`), ``state_key`` the request
+    key of the state and ``images`` each camera entry's request key (``observation.images.<camera>`` ->
+    ``observation/image``).
+    """
 
-    def __call__(self, obs: Any) -> Any:
-        """The deterministic actions for raw observations ``obs``: the env's frozen VecNorm, then the policy."""
+    built: CheckpointPolicy
+    device: str = "cpu"
+    state_key: str = DEFAULT_KEYS["state"]
+    images: dict[str, str] = field(default_factory=dict)
+
+    def fields(self) -> list[Field]:
+        """What every request must hold: the state, float32 ``[obs_dim]``, and each image, uint8 ``[H, W, 3]``."""
+        out = [Field(self.state_key, (self.built.obs_dim,))]
+        for entry, key in self.images.items():
+            _, height, width = self.built.images[entry]
+            out.append(Field(key, (height, width, 3), image=True))
+        return out
+
+    def __call__(self, batch: Any) -> Any:
+        """The deterministic actions for ``batch``: request key -> ``[B, ...]`` arrays (a bare ``[B, obs_dim]``
+        array: the states alone); the env's frozen VecNorm, then the policy."""
         import torch
 
-        from simeval.export import _policy_actions
+        if not isinstance(batch, dict):
+            batch = {self.state_key: batch}
+        obs = {self.built.state_key: torch.from_numpy(batch[self.state_key]).to(self.device)}
+        for entry, key in self.images.items():
+            pixels = torch.from_numpy(batch[key]).to(self.device).permute(0, 3, 1, 2)
+            obs[entry] = pixels.float().div_(255.0)  # the env's own arithmetic: the rendered bytes / 255
+        return self.built.actions(obs).detach().to("cpu", torch.float32).numpy()
 
-        with torch.no_grad():
-            x = torch.from_numpy(obs).to(self.device)
-            return _policy_actions(self.policy, self.vecnorm, x).detach().to("cpu", torch.float32).numpy()
 
+def load_served(
+    path: str,
+    env: str | None,
+    format: str | None,
+    policy: str | None,
+    device: str = "cpu",
+    *,
+    cameras: list[str] | None = None,
+    image_size: int = 64,
+    keys: dict[str, str] | None = None,
+) -> Served:
+    """The policy of checkpoint ``path`` as an evaluation runs it (its env's VecNorm statistics in front).
 
-def load_served(path: str, env: str | None, format: str | None, policy: str | None, device: str = "cpu") -> Served:
-    """The policy of checkpoint ``path`` as an evaluation runs it (its env's VecNorm statistics in front)."""
-    from simeval.export import _build, _env_name
-
+    ``policy`` (``module:function``) is trusted input, the command line's; without it the checkpoint's
+    factory must be registered. ``cameras`` (with ``policy``: a checkpoint's own policy reads the state)
+    builds it for the env with those cameras at ``image_size``; ``keys`` are the request keys
+    (``state``, ``image``, ``image:<camera>``, as ``--policy-server-keys`` names them).
+    """
+    cameras = list(cameras or [])
+    if cameras and not policy:
+        raise ValueError(
+            "--cameras: a checkpoint's own policy reads the state vector only; give --policy module:factory "
+            "building one that reads observation.images.<camera> and observation.state."
+        )
+    if cameras and not 1 <= image_size <= 1024:
+        raise ValueError(f"--image-size must be 1..1024 pixels, got {image_size}.")
+    keys = {**DEFAULT_KEYS, **(keys or {})}
     ck = load_checkpoint(path, format)
     if ck.meta.get("format") == "onnx":
         raise CheckpointError(f"{path}: an exported ONNX policy; serve the checkpoint it came from.")
-    name = _env_name(ck, env)
-    _, net, vecnorm, obs_dim, act_dim, _ = _build(ck, name, policy)
-    net.to(device)
-    if vecnorm is not None:
-        vecnorm.to(device)
-    return Served(name, ck.step, obs_dim, act_dim, net, vecnorm, device)
+    if cameras:
+        from simeval.envs.simulators import prepare_headless
+
+        prepare_headless()  # MuJoCo reads MUJOCO_GL once, when it is imported: before the env is built
+    built = build_checkpoint_policy(ck, env, policy, cameras=cameras, image_size=image_size).to(device)
+    from simeval.envs.layout import image_key
+
+    images = {image_key(c): key for c, key in image_keys(cameras, keys).items()}
+    return Served(built, device, keys["state"], images)
+
+
+def _image_keys(given: list[str]) -> dict[str, str]:
+    """``--image-key CAMERA=KEY`` flags as ``{"image:CAMERA": KEY}``; ValueError in one line for another form."""
+    out = {}
+    for item in given:
+        camera, _, key = item.partition("=")
+        if not camera or not key:
+            raise ValueError(f"--image-key takes CAMERA=KEY (e.g. wrist=observation/wrist_image), got {item!r:.80}.")
+        out[CAMERA_KEY + camera] = key
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,32 +181,48 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_batch < 1 or not 0 <= args.batch_window_ms <= 1000:
             raise ValueError("--max-batch must be >= 1 and --batch-window-ms in [0, 1000].")
         max_bytes = parse_size(args.max_message)
-        served = load_served(args.checkpoint, args.env, args.format, args.policy, args.device)
+        keys = {"state": args.state_key, **_image_keys(args.image_key)}
+        unknown = sorted({k[len(CAMERA_KEY) :] for k in keys if k.startswith(CAMERA_KEY)} - set(args.cameras))
+        if unknown:
+            raise ValueError(f"--image-key names cameras not in --cameras: {', '.join(unknown)}.")
+        served = load_served(
+            args.checkpoint,
+            args.env,
+            args.format,
+            args.policy,
+            args.device,
+            cameras=args.cameras,
+            image_size=args.image_size,
+            keys=keys,
+        )
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
         return error_line("simeval.serve_policy", exc, argv)
+    built = served.built
     metadata = {
         "server": "simeval",
         "protocol": "openpi",
-        "env": served.env,
-        "step": served.step,
-        "obs_dim": served.obs_dim,
-        "action_dim": served.act_dim,
+        "env": built.env,
+        "step": built.step,
+        "obs_dim": built.obs_dim,
+        "action_dim": built.act_dim,
         "action_chunk": 1,
         "keys": {"state": args.state_key, "actions": args.actions_key},
         "max_message_bytes": max_bytes,
     }
+    fields = served.fields()
+    if served.images:
+        metadata["images"] = {f.key: list(f.shape) for f in fields if f.image}
     server = BatchingServer(
         served,
         metadata,
-        obs_dim=served.obs_dim,
-        state_key=args.state_key,
+        fields=fields,
         actions_key=args.actions_key,
         window_s=args.batch_window_ms / 1e3,
         max_batch=args.max_batch,
         token=token,
         max_message_bytes=max_bytes,
     )
-    return asyncio.run(_serve(server, args.host, args.port, f"{args.checkpoint} ({served.env}, step {served.step})"))
+    return asyncio.run(_serve(server, args.host, args.port, f"{args.checkpoint} ({built.env}, step {built.step})"))
 
 
 async def _serve(server: BatchingServer, host: str, port: int, what: str) -> int:

@@ -1,14 +1,15 @@
 """The batching WebSocket server: openpi's protocol, the requests of every connection in one forward pass.
 
 Each connection gets the server's metadata first, then sends requests (one observation each,
-openpi's msgpack format) and reads one reply per request, in order; a client may send several
-before reading (simeval's client sends a worker's sub-envs back to back). Requests from every
-connection go into one queue; the batcher takes what arrived within ``window_s`` of the first
-one, the window extended while more keep arriving (at most 8 windows, ``max_batch`` requests),
+openpi's msgpack format: the state, and camera images where the policy sees them, :class:`Field`)
+and reads one reply per request, in order; a client may send several before reading (simeval's
+client sends a worker's sub-envs back to back). Requests from every connection go into one
+queue; the batcher takes what arrived within ``window_s`` of the first one, the window extended
+while more keep arriving (at most 8 windows, ``max_batch`` requests), stacks each field,
 runs one forward pass in a worker thread, and answers each.
 
-A request that cannot be read (not msgpack, no state, a wrong shape, NaN) is answered with one
-line of text, openpi's error frame, and its connection is closed; the server goes on serving
+A request that cannot be read (not msgpack, a field missing, a wrong shape or dtype, NaN) is
+answered with one line of text, openpi's error frame, and its connection is closed; the server goes on serving
 the others. Messages are read up to ``max_message_bytes`` (a larger one closes its connection,
 code 1009). With a ``token``, a connection must send ``Authorization: Api-Key <token>`` (openpi's
 client's header) or ``Bearer <token>``; ``GET /healthz`` answers 200 without one.
@@ -21,12 +22,50 @@ import hmac
 import http
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from simeval.policy_kinds.wire import WireError, packb, unpackb
+
+
+@dataclass(frozen=True)
+class Field:
+    """One entry every request must hold: ``key``, an array of ``shape``.
+
+    ``image=False``: numbers (any integer or float dtype; a leading 1 is allowed), read as float32 and
+    required finite: the state. ``image=True``: uint8 exactly, openpi's ``[H, W, 3]`` image layout.
+    """
+
+    key: str
+    shape: tuple[int, ...]
+    image: bool = False
+
+    def read(self, request: dict) -> Any:
+        """This field of ``request`` as the batch will hold it; WireError in one line for anything else."""
+        import numpy as np
+
+        value = request.get(self.key)
+        if value is None:
+            raise WireError(f"no {self.key!r} in the request (it holds {sorted(map(str, request))[:6]}).")
+        shape = list(self.shape)
+        if self.image:
+            if not isinstance(value, np.ndarray) or value.dtype != np.uint8 or value.shape != self.shape:
+                got = f"{value.dtype} {list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
+                raise WireError(f"{self.key!r} must be a uint8 image of shape {shape} (H, W, 3), got {got}.")
+            return value
+        if (
+            not isinstance(value, np.ndarray)
+            or value.dtype.kind not in "iuf"
+            or value.shape not in (self.shape, (1, *self.shape))
+        ):
+            got = f"shape {list(value.shape)}" if isinstance(value, np.ndarray) else f"a {type(value).__name__}"
+            raise WireError(f"{self.key!r} must be numbers of shape {shape}, got {got}.")
+        value = value.reshape(self.shape).astype(np.float32)
+        if not np.isfinite(value).all():
+            raise WireError(f"{self.key!r} holds NaN or infinite values.")
+        return value
 
 
 @dataclass
@@ -55,13 +94,14 @@ class BatchStats:
 
 
 class BatchingServer:
-    """Serve ``forward`` ([B, obs_dim] float32 -> [B, act_dim]) over openpi's protocol, batching requests.
+    """Serve ``forward`` ({request key: [B, ...]} -> [B, act_dim]) over openpi's protocol, batching requests.
 
     Args:
-        forward: the policy on a batch of observations (called in one worker thread).
+        forward: the policy on a batch of requests, each field stacked (the state float32 ``[B, obs_dim]``,
+            images uint8 ``[B, H, W, 3]``), called in one worker thread.
         metadata: the map sent first on every connection.
-        obs_dim: the observation size a request's state must have.
-        state_key: the request key holding the state; ``actions_key``: the reply key of the actions.
+        fields: what every request must hold (:class:`Field`).
+        actions_key: the reply key of the actions.
         window_s: how long the batcher waits after a request arrives for others to join its pass.
         max_batch: the most requests in one pass.
         token: the token a connection must present (None: none asked).
@@ -70,19 +110,18 @@ class BatchingServer:
 
     def __init__(
         self,
-        forward: Callable[[Any], Any],
+        forward: Callable[[dict[str, Any]], Any],
         metadata: dict,
         *,
-        obs_dim: int,
-        state_key: str = "observation/state",
+        fields: Sequence[Field],
         actions_key: str = "actions",
         window_s: float = 0.002,
         max_batch: int = 1024,
         token: str | None = None,
         max_message_bytes: int,
     ) -> None:
-        self.forward, self.metadata, self.obs_dim = forward, metadata, obs_dim
-        self.state_key, self.actions_key = state_key, actions_key
+        self.forward, self.metadata, self.fields = forward, metadata, tuple(fields)
+        self.actions_key = actions_key
         self.window_s, self.max_batch, self.token = window_s, max_batch, token
         self.max_message_bytes = max_message_bytes
         self.stats = BatchStats()
@@ -150,31 +189,12 @@ class BatchingServer:
             await answers.put(None)
             await writer
 
-    def _request(self, message: Any) -> Any:
-        """A request's state as float32 [obs_dim]; WireError in one line for anything else."""
-        import numpy as np
-
+    def _request(self, message: Any) -> tuple:
+        """A request's fields, in :attr:`fields`' order; WireError in one line for anything else."""
         if isinstance(message, str):
             raise WireError("a request is a binary msgpack message, not text.")
         request = unpackb(message)
-        state = request.get(self.state_key)
-        if state is None:
-            raise WireError(f"no {self.state_key!r} in the request (it holds {sorted(map(str, request))[:6]}).")
-        if (
-            not isinstance(state, np.ndarray)
-            or state.dtype.kind not in "iuf"
-            or state.shape
-            not in (
-                (self.obs_dim,),
-                (1, self.obs_dim),
-            )
-        ):
-            got = f"shape {list(state.shape)}" if isinstance(state, np.ndarray) else f"a {type(state).__name__}"
-            raise WireError(f"{self.state_key!r} must be numbers of shape [{self.obs_dim}], got {got}.")
-        state = state.reshape(self.obs_dim).astype(np.float32)
-        if not np.isfinite(state).all():
-            raise WireError(f"{self.state_key!r} holds NaN or infinite values.")
-        return state
+        return tuple(f.read(request) for f in self.fields)
 
     async def _write(self, ws: Any, answers: asyncio.Queue) -> None:
         """Send each request's answer in the order the requests came; an error line ends the connection."""
@@ -224,7 +244,8 @@ class BatchingServer:
             clients = len({client for _, _, client in batch})
             start = time.perf_counter()
             try:
-                actions = await loop.run_in_executor(self._executor, self.forward, np.stack([b[0] for b in batch]))
+                stacked = {f.key: np.stack([b[0][i] for b in batch]) for i, f in enumerate(self.fields)}
+                actions = await loop.run_in_executor(self._executor, self.forward, stacked)
             except Exception as exc:  # noqa: BLE001 - handed to each request's connection as one line
                 for _, future, _ in batch:
                     if not future.done():
