@@ -105,6 +105,19 @@ def pytest_runtest_makereport(item, call):
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_logger_dir(tmp_path_factory):
+    """Stable-Baselines3's logger writes under pytest's temporary directory: without SB3_LOGDIR its configure()
+    makes a /tmp/SB3-<date> directory at every learn(). Child processes inherit the variable."""
+    old = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logger"))
+    yield os.environ["SB3_LOGDIR"]
+    if old is None:
+        os.environ.pop("SB3_LOGDIR", None)
+    else:
+        os.environ["SB3_LOGDIR"] = old
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray cluster on loopback declaring one logical GPU, shared by the session."""

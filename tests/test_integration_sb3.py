@@ -84,10 +84,11 @@ def test_rounds_run_beside_ppo_and_land_in_sb3s_layout(tmp_path):
     assert rec["episode_lengths"] == lengths[best].tolist()
 
 
-def test_same_seed_same_episodes_in_every_round_on_the_thread_backend(tmp_path):
+def test_same_seed_same_episodes_in_every_round_on_the_thread_backend(tmp_path, sb3_logger_dir):
     model = PPO("MlpPolicy", make_vec_env(TASK, n_envs=1, seed=1), n_steps=32, batch_size=32, seed=1, verbose=0)
     cb = EvalCallback(TASK, n_eval_episodes=3, eval_freq=10_000, backend="thread", verbose=0)
     model.learn(total_timesteps=32, callback=cb)  # no round triggered: training ends cleanly
+    assert model.logger.dir == sb3_logger_dir  # SB3's logger under pytest's temporary directory, not /tmp/SB3-<date>
     assert cb.evaluations_timesteps == [] and cb.rounds.evaluator is None
     cb = EvalCallback(TASK, n_eval_episodes=3, eval_freq=16, backend="thread", log_path=str(tmp_path), verbose=0)
     model.learn(total_timesteps=32, callback=cb, reset_num_timesteps=False)
