@@ -311,8 +311,6 @@ class LaunchConfig:
         """``--policy-server``: its address and settings checked; the policy it names is the remote client's."""
         if self.policy_server is None:
             return
-        if self.suite:
-            raise ConfigError("--policy-server evaluates one served policy: --suite takes checkpoints.")
         if self.policy not in (None, REMOTE_FACTORY) or (self.policy is None and self.policy_kwargs):
             raise ConfigError("--policy-server is the policy: leave --policy and --policy-kwargs out.")
         number = isinstance(self.policy_server_timeout, (int, float)) and not isinstance(

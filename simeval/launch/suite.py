@@ -15,12 +15,20 @@
           nominal: {}
           obs-noise: {observation_noise: 0.1}
           heavy: {body_mass_scale: [1.2, 1.5]}
+      - env: Hopper-v5
+        cameras: [track]                     # optional: what this task's policy sees (--cameras by default)
+        image_size: 96
+        prompt: hop forward                  # optional: the task's text, sent to a policy server
 
-A cell is (task, condition). ``bounds`` (a task's, or the suite's default for every
-task) declares the range of one episode's return: every line of the task records it,
-a return outside it fails the cell (never clipped), and the adaptive runs' and
-``report compare``'s confidence sequences become the finite-sample betting ones
-(:mod:`simeval.sequential`). Every error is one line naming the file and the
+A cell is (task, condition). A task's ``cameras``, ``image_size`` and ``frame_stack`` replace the
+run's ``--cameras``, ``--image-size`` and ``--frame-stack`` for its cells (the flags are the
+defaults of the tasks that set none); its ``prompt`` is sent with every request to a policy
+server (``--policy-server``, openpi's ``prompt`` key) and recorded on its lines.
+
+``bounds`` (a task's, or the suite's default for every task) declares the range of one
+episode's return: every line of the task records it, a return outside it fails the cell
+(never clipped), and the adaptive runs' and ``report compare``'s confidence sequences
+become the finite-sample betting ones (:mod:`simeval.sequential`). Every error is one line naming the file and the
 field (``suites/x.yaml: tasks[0].conditions.heavy.body_mass_scale: ...``).
 The settings a condition may hold are :mod:`simeval.conditions`'. A condition's
 ``cfg`` overrides are data only: judged from the file alone, then applied to a
@@ -45,6 +53,9 @@ from simeval.yaml_files import YamlError, read_yaml
 
 _TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "bounds", "tasks")
 _TASK = ("env", "conditions", "reference", "bounds", "episodes", "seed", "num_envs", "max_steps")
+SEES = ("cameras", "image_size", "frame_stack", "prompt")  # what a task's policy sees; None: the run's flags
+_TASK += SEES
+MAX_PROMPT = 4096  # characters: a task's instruction, not a document
 _DEFAULTS = {"episodes": 16, "seed": 0, "num_envs": 8, "max_steps": 1000}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -62,6 +73,14 @@ class SuiteTask:
     reference: tuple[float, float] | None = None
     bounds: tuple[float, float] | None = None
     """The least and the most one episode can return (``bounds: {low, high}``), or None."""
+    cameras: tuple[str, ...] | None = None
+    """The cameras its sub-envs observe (None: the run's ``--cameras``)."""
+    image_size: int | None = None
+    """The camera images' side in pixels (None: the run's ``--image-size``)."""
+    frame_stack: int | None = None
+    """Each camera's last N images stacked (None: the run's ``--frame-stack``)."""
+    prompt: str | None = None
+    """The task's text, sent to a policy server with every request (openpi's ``prompt``), or None."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,8 @@ class Cell:
             out["reference"] = {"low": self.task.reference[0], "high": self.task.reference[1]}
         if self.task.bounds is not None:
             out["bounds"] = {"low": self.task.bounds[0], "high": self.task.bounds[1]}
+        if self.task.prompt is not None:
+            out["prompt"] = self.task.prompt
         return out
 
 
@@ -210,7 +231,37 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
         conditions=parsed,
         reference=_reference(data.get("reference"), where + ".reference"),
         bounds=_bounds(data["bounds"], where + ".bounds") if "bounds" in data else defaults["bounds"],
+        **_sees(data, where + "."),
     )
+
+
+def _sees(data: Mapping, prefix: str) -> dict[str, Any]:
+    """A task's ``cameras``, ``image_size``, ``frame_stack`` and ``prompt``, each checked as data (absent: None)."""
+    out: dict[str, Any] = {}
+    cameras = data.get("cameras")
+    if cameras is not None:
+        if isinstance(cameras, str):
+            cameras = [cameras]
+        ok = isinstance(cameras, list) and 0 < len(cameras) <= 16 and all(isinstance(c, str) for c in cameras)
+        if not ok or not all(_NAME.match(c) for c in cameras) or len(set(cameras)) != len(cameras):
+            raise ValueError(
+                f"{prefix}cameras: a list of the model's camera names (letters, digits, '_', '.', '-', '+'; "
+                f"at most 16, each once), got {cameras!r:.80}."
+            )
+        out["cameras"] = tuple(cameras)
+    for key, low, high in (("image_size", 1, 1024), ("frame_stack", 1, 64)):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise ValueError(f"{prefix}{key}: a whole number in {low}..{high}, got {value!r:.80}.")
+        out[key] = value
+    prompt = data.get("prompt")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > MAX_PROMPT:
+            raise ValueError(f"{prefix}prompt: the task's text, 1..{MAX_PROMPT} characters, got {prompt!r:.80}.")
+        out["prompt"] = prompt
+    return out
 
 
 def _setting(data: Mapping, key: str, default: Any, prefix: str) -> Any:

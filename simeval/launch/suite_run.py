@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.envs import check_env
+from simeval.envs.simulators import registered, simulator_for
 from simeval.episode_values import checked
 from simeval.launch.cells import BoundsError
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.pipeline import Jobs, Pipeline, resume
-from simeval.launch.suite import Cell, Suite, check_conditions, load_suite
+from simeval.launch.suite import SEES, Cell, Suite, SuiteTask, check_conditions, load_suite
+from simeval.policy_kinds.remote import REMOTE_FACTORY
 from simeval.records import plain
 
 if TYPE_CHECKING:
@@ -65,10 +67,17 @@ class SuiteCell:
         return self.cell.condition
 
     def config(self, cfg: LaunchConfig) -> LaunchConfig:
-        """The run's settings with the task's env, episodes, num_envs, max_steps and seed."""
+        """The run's settings with the task's env, episodes, num_envs, max_steps and seed, and what the task's
+        policy sees where the task sets it: its cameras, image size, frame stack (else the run's flags), and its
+        prompt as the policy server's client sends it (``--policy-server``)."""
         t = self.cell.task
+        sees: dict[str, Any] = {k: getattr(t, k) for k in ("image_size", "frame_stack") if getattr(t, k) is not None}
+        if t.cameras is not None:
+            sees["cameras"] = list(t.cameras)
+        if t.prompt is not None and cfg.policy == REMOTE_FACTORY:
+            sees["policy_kwargs"] = {**cfg.policy_kwargs, "prompt": t.prompt}
         return dataclasses.replace(
-            cfg, env=t.env, episodes=t.episodes, num_envs=t.num_envs, max_steps=t.max_steps, seed=t.seed
+            cfg, env=t.env, episodes=t.episodes, num_envs=t.num_envs, max_steps=t.max_steps, seed=t.seed, **sees
         )
 
     def explicit(self, explicit: set[str]) -> set[str]:
@@ -123,7 +132,35 @@ def check_suite(parsed: Parsed) -> Suite:
             check_conditions(task, cfg.env_backend, f"tasks[{i}]")
         except ValueError as exc:
             raise ConfigError(f"{cfg.suite}: task {task.env}: {exc}") from None
+        _check_sees(task, cfg, f"{cfg.suite}: tasks[{i}].")
     return suite
+
+
+def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:
+    """What ``task``'s policy sees, the task's settings over the run's flags, as ``--cameras`` and its flags are
+    checked (:meth:`LaunchConfig._check_cameras`); a ConfigError naming the file and the task's key otherwise."""
+    cameras = task.cameras if task.cameras is not None else tuple(cfg.cameras)
+    frame_stack = task.frame_stack if task.frame_stack is not None else cfg.frame_stack
+    where = {k: f"{prefix}{k}" if getattr(task, k) is not None else f"--{k.replace('_', '-')}" for k in SEES}
+    if not cameras:
+        for key in ("image_size", "frame_stack"):
+            if getattr(task, key) is not None:
+                raise ConfigError(f"{where[key]}: sets the camera images of {task.env}: give the task cameras.")
+        return
+    simulator = simulator_for(task.env, cfg.env_backend)
+    if not simulator.cameras:
+        able = " and ".join(s.title for s in registered() if s.cameras)
+        raise ConfigError(f"{where['cameras']}: {task.env}: {simulator.title} envs observe no cameras; {able} envs do.")
+    if not cfg.policy and not cfg.policy_server:
+        raise ConfigError(
+            f"{where['cameras']}: a checkpoint's own policy reads the state vector only; give --policy "
+            "module:factory building one that reads observation.state and observation.images.<camera>, or "
+            "--policy-server."
+        )
+    if cfg.policy_server and frame_stack > 1:
+        raise ConfigError(
+            f"{where['frame_stack']}: a policy server is sent each camera's current image and keeps its own history."
+        )
 
 
 def run_suite(session: Session, log: ResultsLog, suite: Suite, source: Callable[[set[str]], CheckpointSource]) -> int:

@@ -11,8 +11,8 @@ the sub-env's reset by :class:`~simeval.policy_kinds.acting.ActingPolicy` (what
 * each request is one sub-env's observation, a msgpack map (``observation/state``: float32
   ``[obs_dim]`` by default; with camera observations, each camera's current image as uint8
   ``[H, W, 3]``: the first camera's as ``observation/image``, another's as
-  ``observation/<camera>_image``), NumPy arrays as openpi's ``msgpack_numpy`` encodes them
-  (:mod:`simeval.policy_kinds.wire`);
+  ``observation/<camera>_image``; with a prompt, a suite task's text, as ``prompt``), NumPy arrays as
+  openpi's ``msgpack_numpy`` encodes them (:mod:`simeval.policy_kinds.wire`);
 * each reply is a map holding ``actions`` (``[chunk, act_dim]`` or ``[act_dim]``); a text
   frame instead is the server's error.
 
@@ -100,6 +100,7 @@ def remote_policy(
     keys: dict | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    prompt: str | None = None,
 ) -> Any:
     """A client of the policy server at ``url`` for ``env`` (a policy factory: the launcher's ``--policy-server``).
 
@@ -110,6 +111,7 @@ def remote_policy(
         keys: request and reply keys (:data:`DEFAULT_KEYS` by default; :func:`check_keys`).
         timeout_s: the most seconds a connection or a reply may take before the round fails.
         max_message_bytes: the largest message read from the server.
+        prompt: text sent as ``prompt`` with every request (a suite task's ``prompt``); None: none.
 
     The token, where the server asks for one, is read from the environment variable
     ``SIMEVAL_POLICY_SERVER_TOKEN`` (never from the command line or a results file).
@@ -134,4 +136,5 @@ def remote_policy(
         max_message_bytes=max_message_bytes,
         state_key=state_key,
         images={image_key(c): key for c, key in image_keys(cameras, keys).items()},
+        prompt=prompt,
     )

@@ -43,6 +43,7 @@ class RemoteClientPolicy(TensorDictModuleBase):
             where the env has cameras).
         images: camera image entries (float ``[3, H, W]`` in [0, 1]) -> their request keys; each is
             sent as uint8 ``[H, W, 3]``, openpi's layout.
+        prompt: text sent as ``prompt`` with every request (openpi's key for a task's instruction), or None.
     """
 
     def __init__(
@@ -57,9 +58,11 @@ class RemoteClientPolicy(TensorDictModuleBase):
         max_message_bytes: int,
         state_key: str = "observation",
         images: dict[str, str] | None = None,
+        prompt: str | None = None,
     ) -> None:
         super().__init__()
         self.state_key, self.images = state_key, dict(images or {})
+        self.prompt = {"prompt": prompt} if prompt is not None else {}
         self.in_keys, self.out_keys = [state_key, *self.images], ["action"]
         self.url, self.obs_dim, self.act_dim = url, obs_dim, act_dim
         self.keys, self.timeout_s, self.max_message_bytes = keys, float(timeout_s), int(max_message_bytes)
@@ -184,7 +187,8 @@ class RemoteClientPolicy(TensorDictModuleBase):
 
         try:
             for i, row in enumerate(states):
-                self._ws.send(packb({self.keys["state"]: row, **{key: image[i] for key, image in images.items()}}))
+                request = {self.keys["state"]: row, **{key: image[i] for key, image in images.items()}}
+                self._ws.send(packb({**request, **self.prompt}))
         except (ConnectionClosed, OSError):
             self.close()
             raise RemotePolicyError(f"the policy server at {self.url} closed the connection.") from None
