@@ -142,7 +142,8 @@ def round_seed(seed: int | None) -> int:
 
 @dataclass(frozen=True)
 class Condition:
-    """A checked condition: fixed values, ``(low, high)`` ranges and Isaac Lab config overrides.
+    """A checked condition: fixed values, ``(low, high)`` ranges, Isaac Lab config overrides, and what plays while
+    an ``inference_delay`` answer is on its way (``while_waiting``).
 
     Build one with :meth:`parse` (from plain data, e.g. a suite file's
     mapping); ``Condition()`` is the nominal env.

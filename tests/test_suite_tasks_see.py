@@ -8,7 +8,6 @@ holds (its prompt, its state's and images' shapes) and answers zeros.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -168,9 +167,10 @@ def test_what_a_task_sees_is_checked_against_the_run_in_one_line(tmp_path, extra
 
 def test_a_suite_file_names_nothing_that_is_imported_or_called(tmp_path):
     path = tmp_path / "evil.yaml"
-    path.write_text(TASK + "    prompt: 'os:system'\n    cameras: ['os:system']\n")
+    path.write_text(TASK + "    cameras: ['os:system']\n")
     with pytest.raises(ConfigError, match=r"tasks\[0\].cameras: a list of the model's camera names"):
         load_suite(str(path))
     path.write_text(TASK + "    prompt: 'os:system'\n")  # a prompt is text: sent as it is, never resolved
-    assert load_suite(str(path)).tasks[0].prompt == "os:system"
-    assert os.path.exists(path)
+    (cell,) = load_suite(str(path)).cells()
+    served = parse(["--suite", str(path), "--policy-server", "ws://127.0.0.1:1"]).cfg
+    assert SuiteCell(cell, "s").config(served).policy_kwargs["prompt"] == "os:system"
