@@ -20,6 +20,10 @@ MJLAB_STAMP := $(MJLAB_VENV)/.simeval-installed
 MANISKILL_VENV  ?= .venv-maniskill
 MANISKILL_PY    := $(MANISKILL_VENV)/bin/python
 MANISKILL_STAMP := $(MANISKILL_VENV)/.simeval-installed
+# LeRobot 0.4.4 pins torch < 2.11 (the core venv has 2.13): its own venv, with PyPI's torch 2.9.1 (make lerobot).
+LEROBOT_VENV  ?= .venv-lerobot
+LEROBOT_PY    := $(LEROBOT_VENV)/bin/python
+LEROBOT_STAMP := $(LEROBOT_VENV)/.simeval-installed
 
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
@@ -34,7 +38,7 @@ $(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
 endif
 PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
-.PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill isaaclab mjlab maniskill lint docs bench bench-native bench-isaaclab clean
+.PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill test-lerobot isaaclab mjlab maniskill lerobot lint docs bench bench-native bench-isaaclab clean
 
 $(STAMP): pyproject.toml constraints-ci.txt
 	@tools/lane-time start venv
@@ -72,6 +76,19 @@ $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
 	@tools/lane-time end venv-mjlab
 
 mjlab: $(MJLAB_STAMP)
+
+# Python 3.11, PyPI's torch 2.9.1 and torchvision 0.24.1, lerobot with its PushT and ALOHA envs, simeval.
+$(LEROBOT_STAMP): pyproject.toml constraints-lerobot.txt
+	@tools/lane-time start venv-lerobot
+	rm -rf $(LEROBOT_VENV)
+	$(PYTHON) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_PY) -m pip install --quiet --upgrade pip
+	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt torch torchvision
+	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt "lerobot[pusht,aloha]==0.4.4" -e ".[test]"
+	touch $@
+	@tools/lane-time end venv-lerobot
+
+lerobot: $(LEROBOT_STAMP)
 
 # SAPIEN needs a Vulkan device even for state observations: tools/install-vulkan-cpu (root, idempotent) installs
 # Mesa's lavapipe from Debian backports. mani-skill 3.0.1 takes the core venv's CPU torch (constraints-maniskill.txt).
@@ -127,12 +144,14 @@ test-lane-two: $(STAMP)
 	$(MAKE) test-core-long
 	$(MAKE) test-mjlab
 	$(MAKE) test-maniskill
+	$(MAKE) test-lerobot
 
 # The simulators with venvs of their own, one after the other.
 test-sims:
 	$(MAKE) test-isaaclab
 	$(MAKE) test-mjlab
 	$(MAKE) test-maniskill
+	$(MAKE) test-lerobot
 
 test-core: test-core-main test-core-docker test-core-long
 
@@ -164,6 +183,11 @@ test-mjlab: $(MJLAB_STAMP) $(STAMP)
 test-maniskill: $(MANISKILL_STAMP) $(STAMP)
 	tools/lane-time run maniskill env RAY_ADDRESS=local $(PYTEST_ENV) $(MANISKILL_PY) -m pytest -q -rs --durations=5 \
 		--simulator=maniskill tests/maniskill
+
+# LeRobot's tests build an ACT policy here and hold simeval's numbers on PushT to lerobot-eval's.
+test-lerobot: $(LEROBOT_STAMP) $(STAMP)
+	tools/lane-time run lerobot env RAY_ADDRESS=local $(PYTEST_ENV) $(LEROBOT_PY) -m pytest -q -rs --durations=5 \
+		--simulator=lerobot tests/lerobot
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
 # file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.
@@ -250,4 +274,4 @@ gpu-check: $(STAMP) $(ISAAC_STAMP)
 	$(PY) benchmarks/gpu_figures.py
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) $(MANISKILL_VENV) .pytest_cache docs/_build docs/_generated .mutation
+	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) $(MANISKILL_VENV) $(LEROBOT_VENV) .pytest_cache docs/_build docs/_generated .mutation

@@ -28,6 +28,7 @@ from simeval.checkpoints.base import CheckpointError
 
 DEFAULT_MAX_BYTES = 32 << 30  # 32 GiB: the largest released VLA weights (7B parameters in float32: 28 GiB) fit
 HEADER_BYTES = 16
+_MAX_SAFETENSORS_HEADER = 100 << 20  # safetensors' own limit on its JSON header
 MAX_LEGACY_BYTES = 1 << 30  # torch's pre-1.6 pickle format: nothing to check before reading it whole
 MAX_PROTOBUF_BYTES = 2 << 30  # protobuf's limit on one message (an ONNX model)
 MAX_RATIO = 100  # uncompressed / compressed size of one zip member; weights compress about 1.1x, JSON about 10x
@@ -76,13 +77,15 @@ def check_size(path: str, size: int, max_bytes: int) -> None:
 
 def kind_of(head: bytes) -> str | None:
     """What a file's first bytes say it is: ``"zip"``, ``"pickle"`` (torch's legacy format), ``"protobuf"``
-    (ONNX: field 1, a varint), or None."""
+    (ONNX: field 1, a varint), ``"safetensors"`` (a header's length, then its JSON), or None."""
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "zip"
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "pickle"
     if head.startswith(b"\x08"):
         return "protobuf"
+    if len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= _MAX_SAFETENSORS_HEADER:
+        return "safetensors"
     return None
 
 

@@ -78,7 +78,7 @@ def load_checkpoint(
     CheckpointError (one line, naming the file) for a missing, oversized,
     truncated, corrupt, foreign or code-carrying file.
     """
-    path = os.fspath(path)
+    path = formats.directory_file(os.fspath(path))
     _check_format(format)
     try:
         with open(path, "rb") as f:
@@ -196,7 +196,7 @@ def peek_step(path: str | os.PathLike, format: str | None = None, *, max_bytes: 
     The watcher orders a backlog by step with this and loads each checkpoint
     in full only when its turn comes. Bounded and raising like :func:`load_checkpoint`.
     """
-    path = os.fspath(path)
+    path = formats.directory_file(os.fspath(path))
     _check_format(format)
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: no such checkpoint file.")

@@ -38,7 +38,9 @@ class ActingPolicy(TensorDictModuleBase):
     Args:
         policy: the policy ("observation" -> "action"): it reads ``[n, history, obs_dim]``
             (``[n, obs_dim]`` with a history of 1) and answers ``[n, chunk, act_dim]``
-            (``[n, act_dim]`` with a chunk of 1).
+            (``[n, act_dim]`` with a chunk of 1). A policy whose ``in_keys`` are other observation
+            keys (a LeRobot policy's ``observation.image`` and ``observation.state``, say) gets those
+            keys of the rows it is asked for, with a history of 1.
         acting: what the policy declares.
         delays: where the env's condition is ``inference_delay`` with ``while_waiting: tail``: a function
             giving each sub-env's delay in steps for its current episode ([n] integers), read at every
@@ -48,7 +50,14 @@ class ActingPolicy(TensorDictModuleBase):
     def __init__(self, policy: Any, acting: Acting, delays: Callable[[], torch.Tensor] | None = None) -> None:
         super().__init__()
         self.policy, self.acting, self.delays = policy, acting, delays
-        self.in_keys, self.out_keys = ["observation", INIT_KEY], ["action"]
+        keys = [k for k in getattr(policy, "in_keys", ["observation"]) if k != INIT_KEY] or ["observation"]
+        if keys != ["observation"] and acting.history > 1:
+            raise ValueError(
+                f"a policy reading {len(keys)} observation keys cannot declare a history of {acting.history}: "
+                "stack frames in the env instead (frame_stack)."
+            )
+        self.obs_keys = keys
+        self.in_keys, self.out_keys = [*keys, INIT_KEY], ["action"]
         self._history: torch.Tensor | None = None  # [n, history, obs_dim]
         self._chunk: torch.Tensor | None = None  # [n, chunk, act_dim]: the chunk playing
         self._pending: torch.Tensor | None = None  # [n, chunk, act_dim]: the answer on its way
@@ -56,22 +65,27 @@ class ActingPolicy(TensorDictModuleBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Set "action" for every sub-env: its chunk's entry for this step, the policy called where one is due."""
-        obs = tensordict.get("observation")
-        lead = obs.shape[:-1]
-        flat = obs.reshape(-1, obs.shape[-1])
+        if self.obs_keys == ["observation"]:
+            obs = tensordict.get("observation")
+            lead = obs.shape[:-1]
+            flat = obs.reshape(-1, obs.shape[-1])
+        else:  # several keys: the rows' TensorDict of them (a history of 1)
+            lead = tensordict.batch_size
+            flat = tensordict.select(*self.obs_keys).reshape(-1)
         n = flat.shape[0]
+        device = tensordict.get(INIT_KEY).device
         starts = tensordict.get(INIT_KEY).reshape(n).to(torch.bool)
         s = self._steps
-        if not s or s["t"].shape[0] != n or s["t"].device != flat.device:
-            starts = torch.ones(n, dtype=torch.bool, device=flat.device)
+        if not s or s["t"].shape[0] != n or s["t"].device != device:
+            starts = torch.ones(n, dtype=torch.bool, device=device)
             self._history = self._chunk = self._pending = None
             s = self._steps = {
-                name: torch.zeros(n, dtype=torch.long, device=flat.device) for name in ("t", "next", "asked", "base")
+                name: torch.zeros(n, dtype=torch.long, device=device) for name in ("t", "next", "asked", "base")
             }
-            s |= {name: torch.zeros(n, dtype=torch.bool, device=flat.device) for name in ("playing", "waiting")}
+            s |= {name: torch.zeros(n, dtype=torch.bool, device=device) for name in ("playing", "waiting")}
         self._restart(starts)
         seen = self._observe(flat, starts)
-        delay = self._delay(n, flat.device)
+        delay = self._delay(n, device)
         self._arrive(delay)
         ask = s["t"] >= s["next"]
         if bool(ask.any()):
@@ -79,7 +93,7 @@ class ActingPolicy(TensorDictModuleBase):
             self._ask(rows, seen[rows], delay[rows])
             self._arrive(delay)  # a delay of 0: the answer plays at once
         entry = (s["t"] - s["base"]).clamp(0, self.acting.chunk - 1)
-        action = self._chunk[torch.arange(n, device=flat.device), entry]
+        action = self._chunk[torch.arange(n, device=device), entry]
         action = torch.where(s["playing"].reshape(n, *[1] * (action.dim() - 1)), action, torch.zeros_like(action))
         s["t"] += 1
         tensordict.set("action", action.reshape(*lead, *action.shape[1:]))
@@ -128,9 +142,12 @@ class ActingPolicy(TensorDictModuleBase):
             self._history[starts] = flat[starts].unsqueeze(1).expand(-1, k, -1)
         return self._history
 
-    def _ask(self, rows: torch.Tensor, seen: torch.Tensor, delay: torch.Tensor) -> None:
+    def _ask(self, rows: torch.Tensor, seen: torch.Tensor | TensorDictBase, delay: torch.Tensor) -> None:
         """Call the policy on ``rows``' observations; the answer is on its way until its delay has passed."""
-        td = TensorDict({"observation": seen}, batch_size=[rows.shape[0]], device=seen.device)
+        if isinstance(seen, TensorDictBase):
+            td = seen
+        else:
+            td = TensorDict({"observation": seen}, batch_size=[rows.shape[0]], device=seen.device)
         out = self.policy(td).get("action")
         chunk = self.acting.chunk
         if chunk == 1:

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from simeval.checkpoints.base import Checkpoint
-from simeval.checkpoints.formats import native, onnx, rl_games, rsl_rl, sb3, skrl, torchrl
+from simeval.checkpoints.formats import lerobot, native, onnx, rl_games, rsl_rl, sb3, skrl, torchrl
 
 
 @runtime_checkable
@@ -34,9 +34,23 @@ class Reader(Protocol):
         """The Checkpoint built from the file's bytes; never unpickles code."""
 
 
+def directory_file(path: str) -> str:
+    """The file a checkpoint directory is read by (a format's ``DIRECTORY_FILE`` inside it), else ``path``.
+
+    LeRobot's ``pretrained_model/`` is such a directory: its ``model.safetensors`` is the file.
+    """
+    import os
+
+    for reader in READERS.values():
+        inner = getattr(reader, "DIRECTORY_FILE", None)
+        if inner and os.path.isfile(os.path.join(path, inner)):
+            return os.path.join(path, inner)
+    return path
+
+
 # In detection order: the most specific first, the generic torchrl state_dict last.
 READERS: dict[str, ModuleType] = {
-    reader.NAME: reader for reader in (sb3, onnx, native, rsl_rl, rl_games, skrl, torchrl)
+    reader.NAME: reader for reader in (sb3, onnx, lerobot, native, rsl_rl, rl_games, skrl, torchrl)
 }
 
 

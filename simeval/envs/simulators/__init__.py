@@ -2,8 +2,8 @@
 
 Built in: native MuJoCo, gymnasium, MuJoCo Warp (the simulators of gymnasium ids, chosen by
 ``make_env(backend=...)`` / ``--env-backend``), Isaac Lab (``isaaclab:<task>``), mjlab
-(``mjlab:<task>``) and ManiSkill3 (``maniskill:<task>``). A third party adds one by a
-:class:`Simulator` subclass and an entry point in the group ``simeval.simulators`` (see the
+(``mjlab:<task>``), ManiSkill3 (``maniskill:<task>``) and LeRobot's sim envs (``lerobot:<env>``). A
+third party adds one by a :class:`Simulator` subclass and an entry point in the group ``simeval.simulators`` (see the
 docs' "Adding a simulator"). Nothing here imports a simulator: its module does, when it builds an env.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from simeval.envs.simulators.base import DirectRound, EnvRequest, Simulator, TensorRound
 from simeval.envs.simulators.gymnasium_vector import GymnasiumVector
 from simeval.envs.simulators.isaaclab import IsaacLab
+from simeval.envs.simulators.lerobot import LeRobot
 from simeval.envs.simulators.maniskill import ManiSkill
 from simeval.envs.simulators.mjlab import Mjlab
 from simeval.envs.simulators.mujoco_native import NativeMujoco
@@ -50,6 +51,7 @@ BUILT_IN: tuple[Simulator, ...] = (
     IsaacLab(),
     Mjlab(),
     ManiSkill(),
+    LeRobot(),
 )
 
 

@@ -1,0 +1,65 @@
+"""LeRobot (``lerobot:<env>``): LeRobot's simulation envs (PushT, ALOHA) as lerobot-eval steps them.
+
+``lerobot:pusht``, ``lerobot:aloha`` (its default task) or ``lerobot:aloha/AlohaTransferCube-v0``:
+the env type's gymnasium envs in one vector env in this process (:mod:`.env`), observing
+LeRobot's keys (``observation.image`` or ``observation.images.<camera>``, ``observation.state``),
+with the env's ``is_success`` per step under ``("next", "success")``. Every episode is seeded
+as lerobot-eval seeds it. Light at import: LeRobot is imported when an env is built or a task checked.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from simeval.envs.simulators.base import EnvRequest, Simulator
+from simeval.envs.simulators.lerobot import env as env_module
+
+if TYPE_CHECKING:
+    from torchrl.envs import EnvBase, TransformedEnv
+
+
+class LeRobot(Simulator):
+    """LeRobot's sim envs by env type, e.g. ``lerobot:pusht``."""
+
+    name = "lerobot"
+    title = "LeRobot"
+    prefix = "lerobot"
+    capabilities = frozenset({"observation", "action"})
+
+    def task(self, name: str) -> str:
+        """What follows ``"lerobot:"``: the env type, optionally ``/`` its gym task."""
+        return name.split(":", 1)[1]
+
+    def tasks(self) -> tuple[str, ...]:
+        """The env types, for messages (any gym task of theirs runs too)."""
+        return tuple(f"{self.prefix}:{kind}" for kind in env_module.PACKAGES)
+
+    def runs(self, name: str) -> bool:
+        """Whether ``name`` is ``lerobot:<type>[/<task>]`` of a known type (nothing imported)."""
+        return name.startswith(self.prefix + ":") and env_module.split(self.task(name))[0] in env_module.PACKAGES
+
+    def check(self, name: str) -> None:
+        """LeRobot and the type's package installed, and the task one it registers; a one-line EnvError otherwise."""
+        env_module.env_config(self.task(name))
+
+    def info_keys(self, env: EnvBase) -> tuple[str, ...]:
+        """``("success",)``: the env's ``is_success`` at every step."""
+        return ("success",)
+
+    def owns(self, base: EnvBase) -> bool:
+        """Whether ``base`` is a vector env of LeRobot sub-envs (:func:`.env.base_env`); imports nothing."""
+        wrappers = sys.modules.get(f"{__name__}.wrappers")  # loaded with the first env this simulator built
+        envs = getattr(base.__dict__.get("_env"), "envs", None)  # the instance dict: a batched env forwards getattr
+        return wrappers is not None and bool(envs) and isinstance(envs[0], wrappers.ReseedEachEpisode)
+
+    def make(self, request: EnvRequest) -> TransformedEnv:
+        """``request.num_envs`` sub-envs in one vector env, with the transform layout (no VecNorm: see :mod:`.env`)."""
+        return env_module.make_env(
+            self.task(request.name),
+            num_envs=request.num_envs,
+            device=request.device,
+            seed=request.seed,
+            max_steps=request.max_steps,
+            condition=request.condition,
+        )

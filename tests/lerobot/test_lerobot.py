@@ -1,0 +1,177 @@
+"""LeRobot 0.4.4 through simeval: its pretrained_model/ directories, its sim envs, and lerobot-eval as the oracle.
+
+Runs in the venv that ``make lerobot`` builds (``make test-lerobot``); every test is required, so CI
+fails if LeRobot cannot run. The policy is an ACT built and saved here (tests/lerobot/act_policy.py:
+seeded random weights, made-up but fixed normaliser statistics; no hub access), reading PushT's
+96-pixel camera image and agent position and answering chunks of 10 actions, of which 5 are played.
+The oracle: ``lerobot-eval`` on the same directory, env and seed gives the same per-episode return
+and success as simeval. lerobot-eval seeds batch ``k`` of ``B`` envs ``seed + k * B + i``; simeval's
+LeRobot envs seed sub-env ``i``'s ``k``-th episode the same way, so with ``--num-envs B`` the
+episodes are the same ones, listed sub-env by sub-env (simeval) or batch by batch (lerobot-eval).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from act_policy import save_act  # noqa: E402
+
+EPISODES, NUM_ENVS, SEED, STEPS = 8, 4, 3, 60
+# simeval keeps rewards in float32 (RewardSum), lerobot-eval sums the env's float64 rewards: the returns of
+# STEPS steps agree to float32 rounding.
+RTOL = 1e-5
+
+pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
+
+
+def run(*cmd: str, cwd: str = REPO) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO,
+        "HF_HUB_OFFLINE": "1",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory) -> str:
+    return str(save_act(tmp_path_factory.mktemp("act") / "pretrained_model"))
+
+
+@pytest.fixture(scope="module")
+def lerobot_eval(policy_dir, tmp_path_factory) -> dict:
+    """lerobot-eval's per-episode numbers: EPISODES episodes in batches of NUM_ENVS, from SEED."""
+    out = tmp_path_factory.mktemp("lerobot_eval") / "out"
+    run(
+        os.path.join(os.path.dirname(sys.executable), "lerobot-eval"),
+        f"--policy.path={policy_dir}",
+        "--policy.device=cpu",
+        "--env.type=pusht",
+        f"--env.episode_length={STEPS}",
+        f"--eval.n_episodes={EPISODES}",
+        f"--eval.batch_size={NUM_ENVS}",
+        f"--seed={SEED}",
+        f"--output_dir={out}",
+        "--env.visualization_width=96",  # its videos of 10 episodes: small frames, the observations unchanged
+        "--env.visualization_height=96",
+        cwd=str(out.parent),
+    )
+    return json.loads((out / "eval_info.json").read_text())["per_task"][0]["metrics"]
+
+
+def simeval_launch(policy_dir: str, out, *flags: str) -> dict:
+    run(
+        sys.executable, "-m", "simeval.launch", "--checkpoint", policy_dir, "--env", "lerobot:pusht",
+        "--num-envs", str(NUM_ENVS), "--episodes", str(EPISODES), "--max-steps", str(STEPS), "--seed", str(SEED),
+        "--out", str(out), *flags,
+    )  # fmt: skip
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["status"] == "ok", lines
+    return lines[0]
+
+
+def batch_order(values: list) -> list:
+    """simeval's episodes (sub-env by sub-env: sub-env i's k-th at i * K + k) in lerobot-eval's order (k * B + i)."""
+    per_env = EPISODES // NUM_ENVS
+    return [values[i * per_env + k] for k in range(per_env) for i in range(NUM_ENVS)]
+
+
+def test_returns_and_success_equal_lerobot_evals_on_the_same_seeds(policy_dir, lerobot_eval, tmp_path):
+    line = simeval_launch(policy_dir, tmp_path / "out")
+    assert line["checkpoint_format"] == "lerobot" and line["env"] == "lerobot:pusht"
+    ours = batch_order(line["episode_returns"])
+    theirs = lerobot_eval["sum_rewards"]
+    assert ours == pytest.approx(theirs, rel=RTOL, abs=1e-6)
+    assert sum(r > 0 for r in theirs) >= 2, theirs  # the oracle sees episodes that differ, not only zeros
+    assert [bool(s) for s in batch_order(line["episode_success_at_end"])] == lerobot_eval["successes"]
+    assert line["episode_lengths"] == [STEPS] * EPISODES
+
+
+def test_the_process_backend_evaluates_the_same_episodes(policy_dir, lerobot_eval, tmp_path):
+    line = simeval_launch(policy_dir, tmp_path / "out", "--backend", "process")
+    assert batch_order(line["episode_returns"]) == pytest.approx(lerobot_eval["sum_rewards"], rel=RTOL, abs=1e-6)
+
+
+def test_the_policy_answers_what_lerobots_own_classes_answer(policy_dir):
+    """The format's policy (built from the checkpoint's data) equals LeRobot's from_pretrained, bit for bit."""
+    import torch
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from simeval.checkpoints import load_checkpoint
+    from simeval.envs import make_env
+    from simeval.factories import build_policy, weights_bound
+    from simeval.policy_kinds import acting_of
+    from simeval.weights import load_weights
+
+    ck = load_checkpoint(policy_dir)
+    env = make_env("lerobot:pusht", num_envs=2, seed=SEED, max_steps=STEPS)
+    try:
+        policy = build_policy(ck.policy_factory, ck.policy_kwargs, env, max_bytes=weights_bound(ck.policy))
+        load_weights(policy, ck.policy, "policy")
+        assert (acting_of(policy).chunk, acting_of(policy).steps_per_call) == (5, 5)
+        td = env.reset()
+        ours = policy(td)["action"]
+    finally:
+        env.close()
+    theirs_policy = ACTPolicy.from_pretrained(policy_dir)
+    pre, post = make_pre_post_processors(theirs_policy.config, pretrained_path=policy_dir)
+    batch = pre({"observation.image": td["observation.image"], "observation.state": td["observation.state"]})
+    theirs = post(theirs_policy.predict_action_chunk(batch)[:, :5])
+    assert torch.equal(ours, theirs)
+
+
+def test_the_env_observes_what_lerobot_eval_hands_its_policy():
+    import numpy as np
+    import torch
+    from lerobot.envs.factory import make_env as lerobot_make_env
+    from lerobot.envs.factory import make_env_config
+    from lerobot.envs.utils import preprocess_observation
+
+    from simeval.envs import make_env
+
+    theirs_env = lerobot_make_env(make_env_config("pusht"), n_envs=2)["pusht"][0]
+    ours_env = make_env("lerobot:pusht", num_envs=2, seed=SEED)
+    try:
+        raw, _ = theirs_env.reset(seed=[SEED, SEED + 1])
+        theirs = preprocess_observation(raw)
+        ours = ours_env.reset()
+        for key in ("observation.image", "observation.state"):
+            assert torch.equal(ours[key], theirs[key]), key
+        action = np.array([[100.0, 300.0], [400.0, 120.0]])
+        raw, reward, *_ = theirs_env.step(action)
+        step = ours_env.step(ours.set("action", torch.as_tensor(action, dtype=torch.float32)))["next"]
+        assert torch.equal(step["observation.image"], preprocess_observation(raw)["observation.image"])
+        assert step["reward"].reshape(-1).tolist() == pytest.approx(reward.tolist(), rel=1e-6)
+    finally:
+        theirs_env.close()
+        ours_env.close()
+
+
+def test_watch_evaluates_lerobot_trains_checkpoints_by_step_and_not_last(policy_dir, tmp_path):
+    """``--watch`` on lerobot-train's output: each checkpoints/<step>/pretrained_model once, in step order."""
+    import shutil
+
+    run_dir = tmp_path / "train"
+    for step in ("000100", "000200"):
+        shutil.copytree(policy_dir, run_dir / "checkpoints" / step / "pretrained_model")
+    (run_dir / "checkpoints" / "last").symlink_to("000200")
+    out = tmp_path / "out"
+    run(
+        sys.executable, "-m", "simeval.launch", "--watch", str(run_dir), "--env", "lerobot:pusht", "--num-envs", "2",
+        "--episodes", "2", "--max-steps", "10", "--seed", str(SEED), "--until-step", "200", "--out", str(out),
+    )  # fmt: skip
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(line["step"], line["status"]) for line in lines] == [(100, "ok"), (200, "ok")]
