@@ -21,7 +21,15 @@ import pytest
 from launch_helpers import REPO, cli, popen_cli, write_checkpoints
 from root_services import started_or_skip
 
-from simeval.containers.plan import LABEL, ContainerError, gpu_device_requests, plan, strip_flags
+from simeval.containers.plan import (
+    LABEL,
+    SERVER_PORT,
+    ContainerError,
+    gpu_device_requests,
+    plan,
+    plan_pair,
+    strip_flags,
+)
 from simeval.launch.config import ConfigError, LaunchConfig
 
 # The image build (debootstrap, pip inside the build) runs inside the first engine test's set-up.
@@ -380,6 +388,38 @@ def test_an_unreachable_engine_is_one_clear_line(tmp_path):
     assert "cannot reach the Docker engine at unix://" in line and "start dockerd or set DOCKER_HOST" in line
 
 
+def test_a_policy_container_alone_mounts_the_checkpoint_and_the_simulators_get_its_address(tmp_path):
+    """--policy-image: the server's container has the checkpoint (read-only) and the GPUs of --policy-gpus; the
+    simulators' container has --out, --policy-server on the shared loopback, and the run's token in its
+    environment only."""
+    ckpt = _file(tmp_path / "run" / "model.pt")
+    out = str(tmp_path / "out")
+    argv = ["--checkpoint", ckpt, "--policy", "m:f", "--cameras", "track", "--out", out, "--policy-gpus", "1"]
+    cfg = _docker_cfg(checkpoint=ckpt, policy="m:f", cameras=["track"], out=out, policy_image="pol", policy_gpus="1")
+    pair = plan_pair(cfg, argv, None, cwd=str(tmp_path))
+    server, sims = pair.server, pair.simulators
+    assert _mounts(server) == {ckpt: "ro"} and _mounts(sims) == {out: "rw"}
+    assert server.image == "pol" and server.entrypoint == ["python"] and server.network_mode == "none"
+    assert server.command == ["-m", "simeval.serve_policy", ckpt, "--port", str(SERVER_PORT), "--policy", "m:f",
+                              "--cameras", "track", "--image-size", "64", "--device", "cuda:0"]  # fmt: skip
+    assert server.device_requests[0]["DeviceIDs"] == ["1"] and not sims.device_requests
+    assert ckpt not in sims.command and "m:f" not in sims.command and "--policy-gpus" not in sims.command
+    assert sims.command[-2:] == ["--policy-server", f"ws://127.0.0.1:{SERVER_PORT}"]
+    token = server.environment["SIMEVAL_POLICY_SERVER_TOKEN"]
+    assert len(token) >= 32 and sims.environment["SIMEVAL_POLICY_SERVER_TOKEN"] == token
+    assert token not in " ".join(server.command + sims.command)
+    sims.network_mode = "container:abc"  # as the engine sets it: the joined namespace's hostname is the server's
+    assert "hostname" not in sims.create_kwargs("1000:1000") and "hostname" in server.create_kwargs("1000:1000")
+    for settings, words in (
+        ({"watch": str(tmp_path)}, "--policy-image serves one checkpoint: give --checkpoint FILE"),
+        ({"checkpoint": ckpt, "policy_kwargs": {"a": 1}}, "--policy-kwargs is not served"),
+    ):
+        with pytest.raises(ContainerError, match=words):
+            plan_pair(_docker_cfg(policy_image="pol", **settings), ["--checkpoint", ckpt], None, cwd=str(tmp_path))
+    with pytest.raises(ConfigError, match="--policy-image is a container setting: it needs --launcher docker"):
+        LaunchConfig(checkpoint=ckpt, policy_image="pol").validate()
+
+
 # -- a real engine ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine():
@@ -691,3 +731,46 @@ def test_a_log_the_engine_cannot_stream_is_reported_not_lost(engine_without_logs
         assert f"{which} log of container {short_id} (APIError: " in line, line
         assert "configured logging driver does not support reading" in line, line
     assert _containers(engine_without_logs) == []
+
+
+def test_a_policy_container_serves_the_simulators_container_on_their_shared_loopback(engine, image, tmp_path):
+    """--policy-image: the shipped checkpoint served from its own container, the simulators in a second one in its
+    network namespace (no other network); both non-root, both removed; the returns of a local --checkpoint run."""
+    import docker
+
+    from simeval.checkpoints.shipped import SHIPPED_RUN
+
+    checkpoint = os.path.join(SHIPPED_RUN, "step_000126976.pt")
+    out = tmp_path / "out"
+    proc = popen_cli(
+        "--launcher", "docker", "--image", image, "--policy-image", image, "--checkpoint", checkpoint,
+        "--out", str(out), *SMALL, env=engine,
+    )  # fmt: skip
+    client = docker.DockerClient(base_url=engine["DOCKER_HOST"])
+    seen: dict[str, dict] = {}
+    deadline = time.time() + 240
+    while len(seen) < 2 and time.time() < deadline and proc.poll() is None:
+        for container in client.containers.list(filters={"label": LABEL}):
+            try:
+                seen.setdefault(container.id, client.api.inspect_container(container.id))
+            except docker.errors.NotFound:
+                continue
+        time.sleep(0.1)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert len(seen) == 2, f"saw {len(seen)} containers: {stderr[-2000:]}"
+    (server,) = [c for c in seen.values() if c["Config"]["Entrypoint"] == ["python"]]
+    (sims,) = [c for c in seen.values() if c is not server]
+    assert server["HostConfig"]["NetworkMode"] == "none"
+    assert sims["HostConfig"]["NetworkMode"] == f"container:{server['Id']}"
+    mounts = {c["Id"]: {m["Destination"]: m["RW"] for m in c["Mounts"]} for c in (server, sims)}
+    assert mounts == {server["Id"]: {checkpoint: False}, sims["Id"]: {str(out): True}}  # weights: the server only
+    assert server["Config"]["User"] == sims["Config"]["User"] == "1000:1000"
+    assert "served " in stderr and "requests in" in stderr  # the server's summary when it was stopped
+    (record,) = _records(out)
+    assert record["status"] == "ok" and record["checkpoint_format"] == "remote"
+    assert record["host"] == socket.gethostname()
+    assert _containers(engine) == [], "a container was not removed"
+    local = tmp_path / "local"
+    assert cli("--checkpoint", checkpoint, "--out", str(local), *SMALL).returncode == 0
+    assert record["episode_returns"] == pytest.approx(_records(local)[0]["episode_returns"], rel=1e-4)

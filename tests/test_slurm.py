@@ -273,3 +273,45 @@ def test_a_bad_numeric_setting_of_the_ray_script_is_one_line_and_exit_2_before_a
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"simeval: {name} must be {must_be}") and value.format(marker=marker) in line, line
     assert proc.stdout == ""  # refused before anything started
+
+
+def test_serve_eval_serves_the_policy_in_its_own_step_and_evaluates_it_through_the_loopback(slurm, tmp_path):
+    """slurm/serve-eval.sh: serve_policy in an srun step on 127.0.0.1, the launcher in the batch step with
+    --policy-server (the env from the server); the returns of a local --checkpoint run; the token nowhere."""
+    from simeval.checkpoints.shipped import shipped_checkpoint
+
+    out, local = tmp_path / "out", tmp_path / "local"
+    job = submit(slurm, "slurm/serve-eval.sh", shipped_checkpoint(), "--", "--out", str(out), *SMALL, cpus=2)
+    info = finished(job, slurm[0], timeout=300)
+    stdout, stderr = logs_of(slurm, job)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", stdout + stderr[-3000:]
+    assert "policy server for HalfCheetah-v5 on ws://127.0.0.1:" in stdout
+    assert "simeval.serve_policy: served " in stderr  # stopped after the launcher, with its summary
+    (record,) = _records(out)
+    assert record["status"] == "ok" and record["checkpoint_format"] == "remote"
+    assert "token" not in json.dumps(record)
+    proc = subprocess.run(
+        [sys.executable, "-m", "simeval.launch", "--checkpoint", shipped_checkpoint(), "--out", str(local), *SMALL],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert record["episode_returns"] == pytest.approx(_records(local)[0]["episode_returns"], rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    "args, env, words",
+    [
+        (["ckpt.pt"], {}, "slurm/serve-eval.sh takes CHECKPOINT [serve_policy flags] -- [launcher flags]."),
+        (["--", "--episodes", "2"], {}, "slurm/serve-eval.sh takes CHECKPOINT"),
+        (["ckpt.pt", "--"], {"SIMEVAL_SERVER_TIMEOUT": "a[$(touch {marker})]"}, "SIMEVAL_SERVER_TIMEOUT must be"),
+    ],
+)
+def test_serve_eval_refuses_its_arguments_in_one_line_before_starting_anything(tmp_path, args, env, words):
+    env = {k: v.format(marker=tmp_path / "marker") for k, v in env.items()}
+    proc = subprocess.run(
+        ["bash", os.path.join(REPO, "slurm", "serve-eval.sh"), *args], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "SIMEVAL_HOME": REPO, **env}, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "" and not (tmp_path / "marker").exists()
+    (line,) = proc.stderr.strip().splitlines()
+    assert words in line, line

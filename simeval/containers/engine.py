@@ -19,7 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from simeval.containers.plan import ContainerError, ContainerSpec
+from simeval.containers.plan import ContainerError, ContainerSpec, PolicyPair
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 STOP_GRACE_S = 60  # SIGTERM first; SIGKILL only if the launcher inside has not exited by then
 STREAM_END_GRACE_S = 2.0  # a log stream that broke is the container's end only if it stops within this
 STOPPED = ("exited", "dead", "removing")
+SERVER_STOP_S = 10  # the policy server stops at SIGTERM (printing what it served); SIGKILL after this
+# serve_policy's ready line: "serving CHECKPOINT (ENV, step N) on ws://HOST:PORT"
+READY = re.compile(rb"^serving .* \((?P<env>[^(),\s]+), step -?\d+\) on ws://\S+:\d+\s*$", re.M)
 
 
 def _client() -> DockerClient:
@@ -247,6 +250,106 @@ def run(spec: ContainerSpec) -> int:
     finally:
         _restore_signals(previous)
         _remove(container)
+
+
+def run_pair(pair: PolicyPair) -> int:
+    """``--policy-image``: start the policy server's container, wait until it listens, run the simulators' container
+    in its network namespace (their shared loopback), then stop and remove both; the simulators' exit code."""
+    client = _client()
+    _check_image(client, pair.server)
+    _check_image(client, pair.simulators)
+    server_user, server_env = _user_for(client, pair.server)
+    sim_user, sim_env = _user_for(client, pair.simulators, _make_mount_dirs(pair.simulators))
+    signals: list[int] = []
+    previous = _catch_signals(signals)
+    server = sim = None
+    try:
+        server = _create(client, pair.server, server_user, server_env)
+        print(f"policy container {server.short_id} ({pair.server.image}) as {server_user}", flush=True)
+        ready: dict[str, str] = {}
+        watcher = threading.Thread(target=_watch_ready, args=(server, ready), daemon=True)
+        errors = threading.Thread(target=_stream, args=(server, False, sys.stderr.buffer), daemon=True)
+        _start(server, pair.server)
+        watcher.start()
+        errors.start()
+        if not _wait_ready(server, ready, signals, pair.start_timeout):
+            return 128 + signals[0] if signals else 2
+        pair.simulators.network_mode = f"container:{server.id}"
+        if pair.needs_env:
+            pair.simulators.command += ["--env", ready["env"]]
+        sim = _create(client, pair.simulators, sim_user, sim_env)
+        print(
+            f"container {sim.short_id} ({pair.simulators.image}) as {sim_user}: results in {pair.simulators.out}",
+            flush=True,
+        )
+        streams = _log_streams(sim)
+        _start(sim, pair.simulators)
+        for t in streams:
+            t.start()
+        status = _wait(sim, signals)
+        for t in streams:
+            t.join(5)
+        return int(status.get("StatusCode", 1))
+    finally:
+        _restore_signals(previous)
+        if server is not None:
+            _stop_server(server)
+        for container in (sim, server):
+            if container is not None:
+                _remove(container)
+
+
+def _watch_ready(server: Container, ready: dict[str, str]) -> None:
+    """Copy the server's stdout log here; note the env of its ready line (``serving ... on ws://...``) in ``ready``."""
+    seen = b""
+    try:
+        for chunk in server.logs(stream=True, follow=True, stdout=True, stderr=False):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            if "env" not in ready:
+                seen = (seen + chunk)[-4096:]
+                m = READY.search(seen)
+                if m:
+                    ready["env"] = m["env"].decode()
+    except Exception as exc:  # noqa: BLE001 - the stream's end, or one line
+        if not _end_of_stream(server, exc):
+            _warn(f"stopped copying the policy container's log ({type(exc).__name__}: {_first_line(exc)}).")
+
+
+def _wait_ready(server: Container, ready: dict[str, str], signals: list[int], timeout: float) -> bool:
+    """Whether the policy server listens within ``timeout`` s; False after a signal. ContainerError when it exits
+    first or does not answer in time."""
+    import docker
+
+    deadline = time.monotonic() + timeout
+    while "env" not in ready:
+        if signals:
+            print(f"stopping policy container {server.short_id}.", flush=True)
+            return False
+        try:
+            server.reload()
+        except docker.errors.NotFound:
+            raise ContainerError("the policy container was removed before its server listened.") from None
+        if server.status in STOPPED:
+            code = server.attrs.get("State", {}).get("ExitCode")
+            raise ContainerError(
+                f"the policy container exited (code {code}) before its server listened: its error is above."
+            )
+        if time.monotonic() > deadline:
+            raise ContainerError(
+                f"the policy container's server did not listen within {timeout:g} s (--start-timeout)."
+            )
+        time.sleep(0.2)
+    return True
+
+
+def _stop_server(server: Container) -> None:
+    """SIGTERM the policy server (it prints what it served), SIGKILL if it is still running after SERVER_STOP_S."""
+    _signal(server, "SIGTERM")
+    try:
+        server.wait(timeout=SERVER_STOP_S)
+    except Exception:  # noqa: BLE001 - a timeout (requests' or urllib3's) or a lost engine: kill and move on
+        _signal(server, "SIGKILL")
 
 
 def _check_image(client: DockerClient, spec: ContainerSpec) -> None:

@@ -52,7 +52,10 @@ from typing import Any, Protocol
 from simeval.envs.simulators import registered
 
 # Flags that steer the container itself; they are not forwarded into it. MULTI_FLAGS take several values.
-CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network", "--pass-env")
+CONTAINER_FLAGS = ("--launcher", "--image", "--gpus", "--network", "--pass-env", "--policy-image", "--policy-gpus")
+# With --policy-image: the flags that say how the policy is built go to the policy's container, not the simulators'.
+POLICY_FLAGS = ("--checkpoint", "--policy", "--format")
+SERVER_PORT = 8000  # the policy server's port on the pair's own loopback (a private namespace unless --network host)
 MULTI_FLAGS = ("--pass-env",)
 SHM_SIZE = "1g"  # torch and the process backend stage tensors in /dev/shm (64 MB by default)
 # Harmless settings that pass in when set: how each simulator renders (Simulator.settings_env), whether
@@ -80,6 +83,17 @@ class LaunchSettings(Protocol):
     gpus: str | None
     network: str | None
     pass_env: list[str]
+    policy_image: str | None
+    policy_gpus: str | None
+    policy: str | None
+    policy_kwargs: dict
+    format: str | None
+    env: str | None
+    cameras: list
+    image_size: int
+    frame_stack: int
+    obs_norm: bool
+    start_timeout: float
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -144,6 +158,7 @@ class ContainerSpec:
     network_mode: str | None = None
     out: str = ""
     directories: list[str] = field(default_factory=list)
+    entrypoint: list[str] | None = None
 
     def create_kwargs(self, user: str) -> dict[str, Any]:
         """The Docker SDK's ``containers.create`` arguments for a container run as ``user``."""
@@ -152,7 +167,6 @@ class ContainerSpec:
             "command": self.command,
             "volumes": self.volumes,
             "working_dir": self.working_dir,
-            "hostname": socket.gethostname(),  # results record the machine, not a container id
             "environment": self.environment,
             "user": user,
             "init": True,  # reaps the worker processes the launcher starts; forwards SIGTERM
@@ -160,10 +174,14 @@ class ContainerSpec:
             "labels": {LABEL: "1"},
             "detach": True,
         }
+        if self.entrypoint:
+            kwargs["entrypoint"] = self.entrypoint
         if self.device_requests:
             kwargs["device_requests"] = self.device_requests  # the SDK takes the engine's field names
         if self.network_mode:
             kwargs["network_mode"] = self.network_mode
+        if not (self.network_mode or "").startswith("container:"):  # a joined namespace has its container's name
+            kwargs["hostname"] = socket.gethostname()  # results record the machine, not a container id
         return kwargs
 
 
@@ -358,3 +376,93 @@ def plan(cfg: LaunchSettings, argv: list[str], config_path: str | None, cwd: str
         out=out,
         directories=directories,
     )
+
+
+@dataclass
+class PolicyPair:
+    """``--policy-image``: the policy server's container and the simulators' container, planned together.
+
+    ``server`` runs ``python -m simeval.serve_policy CHECKPOINT`` on ``127.0.0.1:SERVER_PORT`` (the only one to
+    mount the checkpoint); ``simulators`` runs the launcher with ``--policy-server ws://127.0.0.1:SERVER_PORT``
+    and joins the server's network namespace when it starts (``network_mode: container:<server>``), so the two
+    share one loopback and nothing else. ``token`` is a fresh random token both are given, in their
+    environment only; ``start_timeout`` the seconds the server may take to listen.
+    """
+
+    server: ContainerSpec
+    simulators: ContainerSpec
+    token: str
+    start_timeout: float
+    needs_env: bool = False  # no --env given: the simulators get the env the server names when it is ready
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def plan_pair(cfg: LaunchSettings, argv: list[str], config_path: str | None, cwd: str | None = None) -> PolicyPair:
+    """The two containers of ``--policy-image``: the checkpoint's policy served in one, the simulators in the other.
+
+    The simulators' container is :func:`plan`'s, without the checkpoint (it never sees the weights) and
+    with ``--policy-server``; the server's mounts the checkpoint (and what its format reads beside it)
+    read-only, gets ``--policy-gpus`` and the network the simulators would have had (``none`` by default:
+    only the shared loopback). ContainerError in one line for what the pair cannot serve.
+    """
+    import secrets
+
+    from simeval.policy_kinds.wire import TOKEN_ENV
+
+    if not cfg.checkpoint or not _given(argv, "--checkpoint"):
+        raise ContainerError("--policy-image serves one checkpoint: give --checkpoint FILE on the command line.")
+    for flag, refused in (
+        ("--policy-kwargs", bool(cfg.policy_kwargs)),
+        ("--no-obs-norm", not cfg.obs_norm),
+        ("--frame-stack", cfg.frame_stack > 1),
+    ):
+        if refused:
+            raise ContainerError(f"{flag} is not served by the policy's container: leave it out with --policy-image.")
+    mounts = _Mounts(cwd or os.getcwd())
+    env = environment(cfg)
+    network = network_mode(cfg)
+    checkpoint = mounts.add("--checkpoint", cfg.checkpoint, "ro", is_file=True)
+    for path in beside_checkpoint(checkpoint):
+        mounts.add("--checkpoint", cfg.checkpoint, "ro", is_file=True, path=path)
+    if SB3_VECNORMALIZE_ENV in env:
+        mounts.add(f"${SB3_VECNORMALIZE_ENV}", env[SB3_VECNORMALIZE_ENV], "ro", is_file=True)
+    requests = gpu_device_requests(cfg.policy_gpus)
+    command = ["-m", "simeval.serve_policy", checkpoint, "--port", str(SERVER_PORT)]
+    env_given = _given(argv, "--env")  # else the checkpoint's: the simulators get the env the server names
+    for flag, value in (("--env", env_given and cfg.env), ("--policy", cfg.policy), ("--format", cfg.format)):
+        command += [flag, value] if value else []
+    if cfg.cameras:
+        command += ["--cameras", *cfg.cameras, "--image-size", str(cfg.image_size)]
+    if requests:
+        command += ["--device", "cuda:0"]
+    token = secrets.token_urlsafe(24)
+    server = ContainerSpec(
+        image=cfg.policy_image or "",
+        command=command,
+        volumes=mounts.volumes,
+        working_dir=mounts.cwd,
+        device_requests=requests,
+        environment={**env, TOKEN_ENV: token},
+        network_mode=network,
+        entrypoint=["python"],
+    )
+    without = _Without(cfg)
+    simulators = plan(without, strip_flags(argv, POLICY_FLAGS), config_path, cwd)
+    simulators.command += ["--policy-server", f"ws://127.0.0.1:{SERVER_PORT}"]
+    simulators.environment[TOKEN_ENV] = token
+    simulators.network_mode = None  # set to the server's namespace once it runs
+    return PolicyPair(server, simulators, token, float(cfg.start_timeout), needs_env=not env_given)
+
+
+class _Without:
+    """``cfg`` as the simulators' container sees it: no checkpoint (the policy's container has it)."""
+
+    def __init__(self, cfg: LaunchSettings) -> None:
+        self._cfg = cfg
+        self.checkpoint = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cfg, name)

@@ -197,6 +197,12 @@ class LaunchConfig:
         "--launcher docker: container network, e.g. host or a network's name (default: none; the engine's "
         "default network for --logger wandb or mlflow)",
     )
+    policy_image: str | None = _opt(
+        None,
+        "--launcher docker: serve --checkpoint's policy (python -m simeval.serve_policy) from a container of its "
+        "own, of this image; the simulators' container reaches it on their shared loopback (--policy-server)",
+    )
+    policy_gpus: str | None = _opt(None, "--policy-image: host GPUs for the policy's container, e.g. 0")
     pass_env: list = _opt(
         list,
         "--launcher docker: host environment variables to pass into the container (none by default besides "
@@ -239,7 +245,7 @@ class LaunchConfig:
             choices = ", ".join(env_backends())
             raise ConfigError(f"unknown env backend {self.env_backend!r}: choose one of {choices}.")
         if self.launcher != "docker":
-            for name in ("image", "gpus", "network", "pass_env"):
+            for name in ("image", "gpus", "network", "pass_env", "policy_image", "policy_gpus"):
                 if getattr(self, name) not in (None, []):
                     raise ConfigError(f"--{name.replace('_', '-')} is a container setting: it needs --launcher docker.")
         elif not self.image:
