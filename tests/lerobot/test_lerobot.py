@@ -133,7 +133,15 @@ def test_the_policy_answers_what_lerobots_own_classes_answer(policy_dir):
     assert torch.equal(ours, theirs)
 
 
-def test_the_env_observes_what_lerobot_eval_hands_its_policy():
+@pytest.mark.parametrize(
+    ("env_id", "kind", "task", "action"),
+    [
+        ("lerobot:pusht", "pusht", None, [[100.0, 300.0], [400.0, 120.0]]),
+        ("lerobot:aloha/AlohaTransferCube-v0", "aloha", "AlohaTransferCube-v0", [[0.1] * 14, [-0.1] * 14]),
+    ],
+)
+def test_the_env_observes_what_lerobot_eval_hands_its_policy(env_id, kind, task, action):
+    """Same seeds, same actions: the observations lerobot-eval's preprocess_observation gives, the same rewards."""
     import numpy as np
     import torch
     from lerobot.envs.factory import make_env as lerobot_make_env
@@ -142,18 +150,21 @@ def test_the_env_observes_what_lerobot_eval_hands_its_policy():
 
     from simeval.envs import make_env
 
-    theirs_env = lerobot_make_env(make_env_config("pusht"), n_envs=2)["pusht"][0]
-    ours_env = make_env("lerobot:pusht", num_envs=2, seed=SEED)
+    ours_env = make_env(env_id, num_envs=2, seed=SEED)  # first: it sets MUJOCO_GL for ALOHA's cameras
+    config = make_env_config(kind, **({"task": task} if task else {}))
+    theirs_env = lerobot_make_env(config, n_envs=2)[kind][0]
     try:
         raw, _ = theirs_env.reset(seed=[SEED, SEED + 1])
         theirs = preprocess_observation(raw)
         ours = ours_env.reset()
-        for key in ("observation.image", "observation.state"):
+        assert set(theirs) <= set(ours.keys())
+        for key in theirs:
             assert torch.equal(ours[key], theirs[key]), key
-        action = np.array([[100.0, 300.0], [400.0, 120.0]])
+        action = np.array(action, dtype=np.float32)  # what a policy answers (lerobot-eval passes it on as is)
         raw, reward, *_ = theirs_env.step(action)
         step = ours_env.step(ours.set("action", torch.as_tensor(action, dtype=torch.float32)))["next"]
-        assert torch.equal(step["observation.image"], preprocess_observation(raw)["observation.image"])
+        for key, value in preprocess_observation(raw).items():
+            assert torch.allclose(step[key], value, atol=1e-6), key
         assert step["reward"].reshape(-1).tolist() == pytest.approx(reward.tolist(), rel=1e-6)
     finally:
         theirs_env.close()

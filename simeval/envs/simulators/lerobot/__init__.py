@@ -26,6 +26,14 @@ class LeRobot(Simulator):
     title = "LeRobot"
     prefix = "lerobot"
     capabilities = frozenset({"observation", "action"})
+    render_env = {"MUJOCO_GL": "egl"}  # ALOHA observes MuJoCo cameras (headless: EGL, else OSMesa)
+    settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
+
+    def headless_env(self) -> dict[str, str]:
+        """``MUJOCO_GL``: the user's, else EGL, else OSMesa."""
+        from simeval.envs.simulators.mujoco_native.gl import headless_gl
+
+        return headless_gl()
 
     def task(self, name: str) -> str:
         """What follows ``"lerobot:"``: the env type, optionally ``/`` its gym task."""

@@ -36,6 +36,23 @@ INSTALL_HINT = "run `make lerobot` (a venv with lerobot[pusht,aloha]==0.4.4) and
 PACKAGES = {"pusht": "gym_pusht", "aloha": "gym_aloha"}
 
 
+def headless() -> None:
+    """``MUJOCO_GL`` for headless rendering (ALOHA's observations are MuJoCo camera images), unless already set.
+
+    Set before LeRobot's env packages load MuJoCo, which reads it once; a one-line EnvError where
+    neither EGL nor OSMesa is installed.
+    """
+    import os
+
+    from simeval.envs.simulators.mujoco_native.gl import headless_gl
+
+    try:
+        for key, value in headless_gl().items():
+            os.environ.setdefault(key, value)
+    except ValueError as exc:
+        raise EnvError(str(exc)) from None
+
+
 def split(task: str) -> tuple[str, str | None]:
     """``"pusht"`` -> ("pusht", None); ``"aloha/AlohaTransferCube-v0"`` -> ("aloha", "AlohaTransferCube-v0")."""
     kind, _, name = task.partition("/")
@@ -127,6 +144,7 @@ def make_env(
 
     from simeval.envs.perturb import perturbed  # torch: loaded when an env is built
 
+    headless()
     cfg = env_config(task)
     base = base_env(cfg, num_envs, device)
     env = TransformedEnv(base if condition is None else perturbed(base, condition), auto_unwrap=False)
