@@ -12,7 +12,9 @@ warm-up round, through the thread backend's Evaluator:
 Prints milliseconds per step of all sub-envs and microseconds per sub-env step, medians over
 ``--repeats`` rounds, their ratio, the server's batching summary, the machine and the date.
 
-    python benchmarks/bench_remote_policy.py [--envs 16 64] [--steps 200] [--repeats 3]
+    python benchmarks/bench_remote_policy.py [--envs 16 64 128 256] [--steps 200] [--repeats 3]
+
+Also prints the peak resident memory of the server and of this process (the simulators, the client).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def remote(url: str, n: int, steps: int, repeats: int) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--envs", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--envs", type=int, nargs="+", default=[16, 64, 128, 256])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
@@ -101,9 +103,21 @@ def main() -> None:
             b = statistics.median(remote(url, n, args.steps, args.repeats)) / args.steps
             print(f"{n:>5} {a * 1e3:>19.2f} {b * 1e3:>15.2f} {a * 1e6 / n:>23.1f} {b * 1e6 / n:>19.1f} {b / a:>6.1f}")
     finally:
+        server_peak = _peak_mib(server.pid)
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=60)
         print("\n" + err.strip().splitlines()[-1])
+        print(f"peak resident memory: server {server_peak:.0f} MiB, simulators and client {_peak_mib('self'):.0f} MiB")
+
+
+def _peak_mib(pid: int | str) -> float:
+    """A process's peak resident memory (VmHWM) in MiB, from /proc (Linux); NaN elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            line = next(x for x in f if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return float("nan")
+    return int(line.split()[1]) / 1024
 
 
 if __name__ == "__main__":
