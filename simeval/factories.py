@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "simeval.policy_factories"
 # simeval's own factories; each checkpoint format's FACTORY is added from the format registry.
-BUILTIN = ("simeval.policies:gaussian_actor", "simeval.policies:mlp_policy")
+BUILTIN = ("simeval.policies:gaussian_actor", "simeval.policies:mlp_policy", "simeval.policies:cnn_policy")
 _PLAIN_SCALARS = (bool, int, float, str, type(None))
 _MAX_DEPTH = 8
 
@@ -129,6 +129,14 @@ def _call(make: Callable[..., Any], kwargs: dict, env: EnvBase, name: str) -> An
     """``make(env, **kwargs)``, its failures as one line naming the factory."""
     try:
         return make(env, **kwargs)
+    except KeyError as exc:
+        if exc.args != ("observation",):
+            raise
+        raise ValueError(
+            f"{name} builds a policy of the state vector (observation), but this env observes observation.state "
+            "and camera images (--cameras): evaluate a policy that reads them (a checkpoint of "
+            "simeval.policies:cnn_policy, --policy module:factory, or --policy-server)."
+        ) from None
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValueError) and _ours(exc):  # a check of simeval's, worded for the user
             raise

@@ -150,7 +150,6 @@ def test_a_bad_task_setting_is_one_line_naming_the_file_and_the_key(tmp_path, ex
     "extra, flags, words",
     [
         ("    image_size: 32\n", ["--checkpoint", "x.pt"], "tasks[0].image_size: sets the camera images of"),
-        ("    cameras: [track]\n", ["--checkpoint", "x.pt"], "tasks[0].cameras: a checkpoint's own policy reads"),
         ("    cameras: [track]\n    frame_stack: 2\n", ["--policy-server", "ws://127.0.0.1:1"],
          "tasks[0].frame_stack: a policy server is sent each camera's current image"),
         ("    frame_stack: 2\n", ["--policy-server", "ws://127.0.0.1:1", "--cameras", "track"],

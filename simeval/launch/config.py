@@ -222,11 +222,6 @@ class LaunchConfig:
             raise ConfigError(f"--image-size must be 1..1024 pixels, got {self.image_size}.")
         if self.frame_stack < 1:
             raise ConfigError(f"--frame-stack must be >= 1, got {self.frame_stack}.")
-        if not self.policy and not self.policy_server:
-            raise ConfigError(
-                "--cameras: a checkpoint's own policy reads the state vector only; give --policy module:factory "
-                "building one that reads observation.state and observation.images.<camera>, or --policy-server."
-            )
         if self.policy_server and self.frame_stack > 1:
             raise ConfigError(
                 "--frame-stack: a policy server is sent each camera's current image and keeps its own history."

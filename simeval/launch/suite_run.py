@@ -151,12 +151,6 @@ def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:
     if not simulator.cameras:
         able = " and ".join(s.title for s in registered() if s.cameras)
         raise ConfigError(f"{where['cameras']}: {task.env}: {simulator.title} envs observe no cameras; {able} envs do.")
-    if not cfg.policy and not cfg.policy_server:
-        raise ConfigError(
-            f"{where['cameras']}: a checkpoint's own policy reads the state vector only; give --policy "
-            "module:factory building one that reads observation.state and observation.images.<camera>, or "
-            "--policy-server."
-        )
     if cfg.policy_server and frame_stack > 1:
         raise ConfigError(
             f"{where['frame_stack']}: a policy server is sent each camera's current image and keeps its own history."
