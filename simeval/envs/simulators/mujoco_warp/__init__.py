@@ -1,7 +1,8 @@
 """MuJoCo Warp (``backend="warp"``): every sub-env a world of MuJoCo Warp, tensors on its device.
 
 :data:`WARP_TASKS` only (the tasks that observe and reward qpos and qvel); float32
-physics; no frames (``pip install simeval[warp]``). The env itself:
+physics; camera observations ray-traced by MuJoCo Warp's batch renderer (``cameras``), no
+``render()`` frames (``pip install simeval[warp]``). The env itself:
 :class:`simeval.envs.simulators.mujoco_warp.env.WarpBatchEnv`.
 """
 
@@ -26,6 +27,7 @@ class MujocoWarp(GymIdSimulator):
 
     name = "warp"
     title = "MuJoCo Warp"
+    cameras = True
 
     def tasks(self) -> tuple[str, ...]:
         """:data:`WARP_TASKS`."""
@@ -44,7 +46,14 @@ class MujocoWarp(GymIdSimulator):
             ) from None
         from simeval.envs.simulators.mujoco_warp.env import WarpBatchEnv
 
-        return WarpBatchEnv(request.name, request.num_envs, device=request.device)
+        options = request.options
+        return WarpBatchEnv(
+            request.name,
+            request.num_envs,
+            device=request.device,
+            cameras=tuple(options.get("cameras") or ()),
+            image_size=options.get("image_size") or (64, 64),
+        )
 
     def owns(self, base: EnvBase) -> bool:
         """A WarpBatchEnv (its module is loaded once one was built)."""
@@ -52,7 +61,8 @@ class MujocoWarp(GymIdSimulator):
         return env_module is not None and type(base) is env_module.WarpBatchEnv
 
     def round_source(self, env: EnvBase) -> TensorRound | None:
-        """The tensor engine, resets drawn ahead on the device (:mod:`.steps`), under make_env's layout; else None."""
+        """The tensor engine, resets drawn ahead on the device (:mod:`.steps`), under make_env's layout and without
+        cameras (the engine reads ``observation`` only); else None."""
         from simeval.envs.simulators.mujoco_warp import steps
 
         return steps.round_source(env)

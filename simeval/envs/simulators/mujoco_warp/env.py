@@ -7,6 +7,10 @@ whole-batch torch ops plus Warp kernels: no host round trip, no Python per
 sub-env. On CUDA the ``frame_skip`` physics steps run as one captured CUDA graph, when
 the env is built on its process's main thread (see ``cuda_graphs`` of :class:`WarpBatchEnv`).
 
+With ``cameras``, every world's camera images are rendered after each step and reset by
+MuJoCo Warp's batch renderer (ray tracing over a BVH of the worlds' geoms, on the same
+device: :class:`_WarpEyes`) and handed over as torch tensors there, in LeRobot's keys.
+
 Only a reset touches the host, as :class:`simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv`
 does: it reads the ``_reset`` mask, draws each reset sub-env's noise from its
 own generator (sub-env ``i`` seeded with ``seed + i``) and copies the new
@@ -28,6 +32,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
+from simeval.envs.layout import STATE_KEY, image_key
 from simeval.envs.simulators.mujoco_native.tasks import (
     HalfCheetah,
     Hopping,
@@ -57,6 +62,75 @@ def warp_devices(device: str | torch.device | None) -> tuple[object, torch.devic
     return wp_device, torch.device(wp.device_to_torch(wp_device))
 
 
+class _WarpEyes:
+    """MuJoCo Warp's batch renderer: every world's cameras in one launch, on the env's device.
+
+    The step leaves the worlds' geom and camera poses one substep behind the state (they are
+    computed at a step's start), so :meth:`render` first recomputes them from the current
+    qpos (``fwd_kinematics``, as MuJoCo's ``mj_forward`` before the native env's renderer),
+    refits the scene's BVH, and ray-traces each camera's pixels. Nothing here changes what the
+    next step computes: every step recomputes the kinematics from qpos and qvel first.
+    """
+
+    def __init__(
+        self, model: mujoco.MjModel, m: Any, d: Any, cameras: tuple[str, ...], size: tuple[int, int], n: int
+    ) -> None:
+        import mujoco_warp as mjw
+        import warp as wp
+
+        height, width = size
+        self.m, self.d, self.cameras = m, d, cameras
+        # The model's skybox behind the scene, as MuJoCo's renderer draws it; no shadows (the native
+        # env's renderer draws them: one of the differences docs/environments.md lists).
+        self.rc = mjw.create_render_context(
+            model,
+            nworld=n,
+            cam_res=(width, height),
+            render_rgb=True,
+            render_depth=False,
+            render_seg=False,
+            cam_active=list(cameras),
+            render_skybox=True,
+        )
+        # Packed pixels as bytes (B, G, R, A per pixel, little-endian uint32), one block per camera.
+        packed = wp.to_torch(self.rc.rgb_data)
+        self.pixels = packed.view(torch.uint8).view(n, len(cameras), height, width, 4)
+
+    def render(self) -> None:
+        """Ray-trace every world's cameras in its current state (Warp calls: run under the env's device)."""
+        import mujoco_warp as mjw
+
+        mjw.fwd_kinematics(self.m, self.d)
+        mjw.refit_bvh(self.m, self.d, self.rc)
+        mjw.render(self.m, self.d, self.rc)
+
+    def images(self) -> dict[str, torch.Tensor]:
+        """Each camera's ``(N, 3, H, W)`` float32 images in [0, 1] from the last :meth:`render`, new tensors."""
+        return {
+            image_key(c): self.pixels[:, i, :, :, [2, 1, 0]].permute(0, 3, 1, 2).float().div_(255.0)
+            for i, c in enumerate(self.cameras)
+        }
+
+
+def check_cameras(name: str, model: mujoco.MjModel, cameras: tuple[str, ...], size: tuple[int, int]) -> None:
+    """A one-line ValueError for a camera ``model`` lacks or an image side outside 1..MAX_IMAGE_SIDE."""
+    import mujoco
+
+    from simeval.envs.simulators.mujoco_native.env import MAX_IMAGE_SIDE
+
+    known = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+    unknown = [c for c in cameras if c not in known]
+    if unknown:
+        raise ValueError(
+            f"{name}: no camera {', '.join(map(repr, unknown))} in its model; its cameras: "
+            f"{', '.join(map(repr, known)) or 'none'}."
+        )
+    if len(set(cameras)) != len(cameras):
+        raise ValueError(f"cameras must differ, got {list(cameras)!r}.")
+    if min(size) < 1 or max(size) > MAX_IMAGE_SIDE:
+        raise ValueError(f"image_size must be 1..{MAX_IMAGE_SIDE} pixels a side, got {size!r}.")
+
+
 class WarpBatchEnv(EnvBase):
     """A batch of ``num_envs`` sub-envs of a gymnasium MuJoCo v5 task on MuJoCo Warp, as one torchrl env.
 
@@ -74,6 +148,13 @@ class WarpBatchEnv(EnvBase):
             the legacy stream depend on a capturing blocking stream", seen on an H200 on
             2026-11-26), so a thread-backend worker steps kernel by kernel; process, Ray and
             Slurm workers build their envs on their main thread and capture.
+        cameras: the model's cameras every world observes after each step and reset (e.g.
+            ``("track",)``): the observation is then ``observation.state`` (the task's vector) and
+            ``observation.images.<camera>``, float32 ``(3, H, W)`` in [0, 1] on ``device``
+            (LeRobot's keys and layout, as the native env), ray-traced by MuJoCo Warp's batch
+            renderer (``mujoco_warp.render``) for all worlds at once. ``()``: the plain
+            ``observation`` vector, nothing rendered and no render context made.
+        image_size: (height, width) of the camera images.
     """
 
     def __init__(
@@ -84,6 +165,8 @@ class WarpBatchEnv(EnvBase):
         device: str | torch.device | None = None,
         max_episode_steps: int | None = None,
         cuda_graphs: bool | None = None,
+        cameras: tuple[str, ...] | list[str] = (),
+        image_size: tuple[int, int] = (64, 64),
     ) -> None:
         import mujoco
         import mujoco_warp as mjw
@@ -111,6 +194,13 @@ class WarpBatchEnv(EnvBase):
         self._rngs: list[np.random.Generator] | None = None
         self._ahead: Any = None  # a rollout's warp_resets.ResetsAhead: states drawn ahead, until settled
         self._obs_dim = self.task.obs_dim(model)
+        self.cameras = tuple(cameras)
+        self.image_size = (int(image_size[0]), int(image_size[1]))
+        self._eyes: _WarpEyes | None = None
+        if self.cameras:
+            check_cameras(task, model, self.cameras, self.image_size)
+            with wp.ScopedDevice(self._wp_device):
+                self._eyes = _WarpEyes(model, self._m, self._d, self.cameras, self.image_size, n)
         self._make_specs(model)
         self._graph = self._reset_graph = None
         if self._wp_device.is_cuda and graphs_wanted(cuda_graphs):  # one graph launch per step, not hundreds
@@ -134,9 +224,14 @@ class WarpBatchEnv(EnvBase):
     def _make_specs(self, model: mujoco.MjModel) -> None:
         n, nu, dev = self._n, model.nu, self.device
         bounds = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32)  # gymnasium's action space
-        self.observation_spec = Composite(
-            observation=Unbounded(shape=(n, self._obs_dim), dtype=torch.float32, device=dev), shape=(n,)
-        )
+        state = Unbounded(shape=(n, self._obs_dim), dtype=torch.float32, device=dev)
+        if self.cameras:
+            height, width = self.image_size
+            image = {"low": 0.0, "high": 1.0, "shape": (n, 3, height, width), "dtype": torch.float32, "device": dev}
+            keys = {STATE_KEY: state} | {image_key(c): Bounded(**image) for c in self.cameras}
+            self.observation_spec = Composite(keys, shape=(n,))
+        else:
+            self.observation_spec = Composite(observation=state, shape=(n,))
         low, high = bounds[:, 0].expand(n, nu), bounds[:, 1].expand(n, nu)
         self.action_spec = Bounded(low=low, high=high, shape=(n, nu), dtype=torch.float32, device=dev)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32, device=dev)
@@ -237,7 +332,7 @@ class WarpBatchEnv(EnvBase):
         if ids is None or len(ids):
             self._reset_worlds(ids)
         false = torch.zeros((self._n, 1), dtype=torch.bool, device=self.device)
-        out = {"observation": observe(self.task, self.state), "done": false, "terminated": false.clone()}
+        out = {**self._observations(), "done": false, "terminated": false.clone()}
         out["truncated"] = false.clone()
         return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
 
@@ -246,7 +341,7 @@ class WarpBatchEnv(EnvBase):
         reward, terminated, truncated = self.advance(tensordict.get("action"))
         terminated, truncated = terminated.unsqueeze(-1), truncated.unsqueeze(-1)
         out = {
-            "observation": self.observe(),
+            **self._observations(),
             "reward": reward.unsqueeze(-1),
             "done": terminated | truncated,
             "terminated": terminated,
@@ -272,6 +367,13 @@ class WarpBatchEnv(EnvBase):
     def observe(self) -> torch.Tensor:
         """Every sub-env's (N, obs_dim) float32 observation of its current state."""
         return observe(self.task, self.state)
+
+    def _observations(self) -> dict[str, torch.Tensor]:
+        """The step's or reset's observation entries: ``observation``, or the state and every camera's images."""
+        if self._eyes is None:
+            return {"observation": self.observe()}
+        self._warp(self._eyes.render)
+        return {STATE_KEY: self.observe()} | self._eyes.images()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(task={self.task.name!r}, num_envs={self._n}, device={self._wp_device})"

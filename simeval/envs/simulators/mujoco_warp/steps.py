@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 
 def round_source(env: EnvBase) -> TensorRound | None:
-    """The tensor engine's source for ``env`` (a WarpBatchEnv under make_env's layout), else None."""
+    """The tensor engine's source for ``env`` (a WarpBatchEnv without cameras under make_env's layout), else None."""
     base, transforms = unwrap(env)
+    if base.cameras:  # the engine reads the observation vector only: rounds with cameras run on the Collector
+        return None
     found = plain_transforms(transforms)
     return None if found is None else TensorRound(WarpSteps(base, found), found.vecnorm)
 
