@@ -13,10 +13,13 @@ and ends with one table (part, exit code, minutes, log):
    ``trigger_eval`` to the first env step (cold and warm), and training with an eval
    worker beside it on the same GPU (the slowdown in %);
 3. ``bench_isaaclab.py`` (in the Isaac Lab venv): the offline Isaac Lab cartpole at
-   1k-16k envs, the bare loop beside simeval and torchrl's Collector.
+   1k-16k envs, the bare loop beside simeval and torchrl's Collector;
+4. ``bench_warp_cameras.py``: the MuJoCo Warp env's camera images (MuJoCo Warp's batch
+   renderer) at 64 and 128 pixels, 1k and 4k worlds: ms per step with and without them.
 
-``--smoke`` runs parts 1-3 on the CPU with tiny sizes, ``bench_gpu`` on the native env
-(Warp's CPU device steps ~100 env-steps/s; tests/test_warp_env.py covers that env): it
+``--smoke`` runs parts 1-4 on the CPU with tiny sizes, ``bench_gpu`` on the native env
+(Warp's CPU device steps ~100 env-steps/s; tests/test_warp_env.py covers that env) and
+``bench_warp_cameras`` on one world of Warp's CPU device with -O0 kernels (the tests' cache): it
 measures nothing worth quoting and says so; it shows that the command and every part run. Exit code: the number of
 parts that failed (0: all ran). Without CUDA and without ``--smoke`` it exits 2.
 """
@@ -45,13 +48,17 @@ def parts(device: str, smoke: bool, out: str) -> list[tuple[str, list[str]]]:
                            "--env-backend", "native"]),
             ("bench_isaaclab", [ISAAC_PYTHON, f"{HERE}/bench_isaaclab.py", "--device", "cpu", "--num-envs", "16",
                                 "--steps", "10", "--repeats", "1"]),
+            ("bench_warp_cameras", [py, f"{HERE}/bench_warp_cameras.py", "--device", "cpu", "--worlds", "1",
+                                    "--sizes", "16", "--steps", "1", "--opt-level", "0"]),
         ]  # fmt: skip
     sizes = ["1024", "4096", "16384"]
     return [
         ("gpu_check", [py, f"{HERE}/gpu_check.py", "--device", device, "--out", os.path.join(out, "gpu-check")]),
         ("bench_gpu", [py, f"{HERE}/bench_gpu.py", "--device", device, "--sizes", *sizes]),
         ("bench_isaaclab", [ISAAC_PYTHON, f"{HERE}/bench_isaaclab.py", "--device", device, "--num-envs", *sizes]),
-    ]
+        ("bench_warp_cameras", [py, f"{HERE}/bench_warp_cameras.py", "--device", device, "--worlds", "1024", "4096",
+                                "--sizes", "64", "128"]),
+    ]  # fmt: skip
 
 
 def run_part(name: str, cmd: list[str], out: str) -> tuple[int, float, str]:
@@ -92,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     where = "CPU smoke run: no GPU figure measured" if args.smoke else args.device
     print(f"simeval GPU figures ({where}), {time.strftime('%Y-%m-%d %H:%M %Z')}", flush=True)
     results = [(name, *run_part(name, cmd, args.out)) for name, cmd in parts(args.device, args.smoke, args.out)]
-    print(f"\n{'part':<16}{'exit':>6}{'minutes':>9}  log")
+    print(f"\n{'part':<20}{'exit':>6}{'minutes':>9}  log")
     for name, code, seconds, log in results:
-        print(f"{name:<16}{code:>6}{seconds / 60:>9.1f}  {log}")
+        print(f"{name:<20}{code:>6}{seconds / 60:>9.1f}  {log}")
     return sum(code != 0 for _, code, _, _ in results)
 
 

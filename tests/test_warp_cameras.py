@@ -9,11 +9,11 @@ textures, the ray tracer none of them. What both must agree on is where the robo
 robot's pixels are those whose red exceeds their blue by 0.1 (the bodies are brown, orange or
 purple; the floor's checker, the sky and the black squares are grey, green or blue), and
 their masks in the two envs' images of the same state overlap by an intersection over union
-of at least ``MIN_IOU``. On these seeds it is 0.87-0.98 for HalfCheetah (and 0.82-0.87 for
-Hopper, whose long shin reflects in MuJoCo's floor), while a robot drawn 4 pixels off scores
-below it (checked here, so the bound can fail). The mean absolute difference of the whole images is
-0.08-0.09 for HalfCheetah (0.09-0.12 for Hopper and Walker2d), almost all of it the
-background: it is bounded by ``MAX_MAD``.
+of at least ``MIN_IOU``. Here (seed 4, 5 states, 3 worlds) it is 0.85-0.95 (0.87-0.98 on seed 7;
+0.82-0.87 for Hopper, whose long shin reflects in MuJoCo's floor), while the robot drawn 4
+pixels off scores 0.16-0.24 (checked here, so the bound can fail). The mean absolute difference
+of the whole images is 0.08-0.09 for HalfCheetah (0.09-0.12 for Hopper and Walker2d), almost
+all of it the background: it is bounded by ``MAX_MAD``.
 
 Kernels compile at -O0 here, as in tests/test_warp_env.py (whose fixture this module shares).
 """
@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
 
 TRACK = "observation.images.track"
 SIZE = 64
-MIN_IOU = 0.8
+MIN_IOU = 0.75
 MAX_MAD = 0.15
 
 

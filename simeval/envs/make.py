@@ -95,11 +95,12 @@ def make_env(
             lacks, a callable or a class (a term's ``func``, a ``"module:attr"`` string), or a value
             that would replace a callable or a config object is a ValueError (change such fields
             in the config itself, in Python).
-        cameras: the model's cameras each sub-env observes at every step (native MuJoCo:
-            e.g. ``["track"]``): the observation is then ``observation.state`` (the task's
+        cameras: the model's cameras each sub-env observes at every step (backends native and
+            warp: e.g. ``["track"]``): the observation is then ``observation.state`` (the task's
             vector, the only one VecNorm and observation noise touch) and
             ``observation.images.<camera>``, float32 ``(3, H, W)`` in [0, 1], LeRobot's
-            keys. Rendered on the CPU (``MUJOCO_GL=egl`` or ``osmesa`` when headless).
+            keys. Native: rendered on the CPU (``MUJOCO_GL=egl`` or ``osmesa`` when headless);
+            warp: ray-traced for every world at once on the env's device.
         image_size: the images' side, or ``(height, width)``.
         frame_stack: each camera's last ``frame_stack`` images stacked along the channels.
     """

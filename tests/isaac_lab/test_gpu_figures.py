@@ -29,8 +29,9 @@ def test_the_gpu_figures_command_runs_every_part_in_smoke_mode(tmp_path):
     lines = out.splitlines()
     header = max(i for i, line in enumerate(lines) if line.split()[:3] == ["part", "exit", "minutes"])
     table = [line.split()[:2] for line in lines[header + 1 :]]
-    assert table == [["gpu_check", "0"], ["bench_gpu", "0"], ["bench_isaaclab", "0"]]
-    for name in ("gpu_check", "bench_gpu", "bench_isaaclab"):
+    assert table == [["gpu_check", "0"], ["bench_gpu", "0"], ["bench_isaaclab", "0"], ["bench_warp_cameras", "0"]]
+    for name in ("gpu_check", "bench_gpu", "bench_isaaclab", "bench_warp_cameras"):
         assert (tmp_path / f"{name}.txt").stat().st_size > 0
     assert "trigger_eval()" in out and "(b) trigger_eval" in out and "simeval / bare" in out
     assert "(c) examples/train_ppo.py" in out and "interference:" in out  # training beside evaluation
+    assert "MuJoCo Warp's batch renderer (track camera), Warp's CPU device" in out  # the camera row's part
