@@ -774,3 +774,22 @@ def test_a_policy_container_serves_the_simulators_container_on_their_shared_loop
     local = tmp_path / "local"
     assert cli("--checkpoint", checkpoint, "--out", str(local), *SMALL).returncode == 0
     assert record["episode_returns"] == pytest.approx(_records(local)[0]["episode_returns"], rel=1e-4)
+
+
+def test_a_policy_container_that_exits_before_it_listens_is_its_error_and_one_line(engine, image, tmp_path):
+    """A policy the server cannot build: its error line, then the launcher's one line, exit code 2, nothing left."""
+    from simeval.checkpoints.shipped import SHIPPED_RUN
+
+    checkpoint = os.path.join(SHIPPED_RUN, "step_000126976.pt")
+    proc = cli(
+        "--launcher", "docker", "--image", image, "--policy-image", image, "--checkpoint", checkpoint,
+        "--policy", "no_such_module:factory", "--out", str(tmp_path / "out"), *SMALL, env=engine,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = _errors(proc.stderr)
+    assert errors[-1] == (
+        "simeval-launch: error: the policy container exited (code 2) before its server listened: its error is above."
+    ), proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert any(line.startswith("simeval.serve_policy: error:") and "no_such_module" in line for line in lines)
+    assert _containers(engine) == [] and not (tmp_path / "out" / "results.jsonl").exists()

@@ -272,8 +272,13 @@ def run_pair(pair: PolicyPair) -> int:
         _start(server, pair.server)
         watcher.start()
         errors.start()
-        if not _wait_ready(server, ready, signals, pair.start_timeout):
-            return 128 + signals[0] if signals else 2
+        try:
+            if not _wait_ready(server, ready, signals, pair.start_timeout):
+                return 128 + signals[0] if signals else 2
+        except ContainerError:
+            for t in (watcher, errors):  # the server's own error line first, then ours
+                t.join(STREAM_END_GRACE_S)
+            raise
         pair.simulators.network_mode = f"container:{server.id}"
         if pair.needs_env:
             pair.simulators.command += ["--env", ready["env"]]

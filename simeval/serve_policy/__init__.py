@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_batch < 1 or not 0 <= args.batch_window_ms <= 1000:
             raise ValueError("--max-batch must be >= 1 and --batch-window-ms in [0, 1000].")
         max_bytes = parse_size(args.max_message)
+        if args.image_size != 64 and not args.cameras:
+            raise ValueError("--image-size sets the camera images: add --cameras CAMERA.")
         keys = {"state": args.state_key, **_image_keys(args.image_key)}
         unknown = sorted({k[len(CAMERA_KEY) :] for k in keys if k.startswith(CAMERA_KEY)} - set(args.cameras))
         if unknown:
