@@ -109,7 +109,7 @@ def test_openpi_client_gets_actions_that_depend_on_the_image(pixel_server):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--cameras", "track"], "--cameras: a checkpoint's own policy reads the state vector only"),
+        (["--cameras", "track", "--policy", "simeval.policies:gaussian_actor"], "builds a policy of the state vector"),
         (["--image-size", "32"], "--image-size sets the camera images: add --cameras CAMERA."),
         (["--policy", "pixel_policy:pixel_actor", "--cameras", "track", "--image-key", "wrist=x"],
          "--image-key names cameras not in --cameras: wrist"),

@@ -127,16 +127,11 @@ def load_served(
     """The policy of checkpoint ``path`` as an evaluation runs it (its env's VecNorm statistics in front).
 
     ``policy`` (``module:function``) is trusted input, the command line's; without it the checkpoint's
-    factory must be registered. ``cameras`` (with ``policy``: a checkpoint's own policy reads the state)
-    builds it for the env with those cameras at ``image_size``; ``keys`` are the request keys
+    factory must be registered. ``cameras`` builds it for the env with those cameras at ``image_size``
+    (a policy of the state vector alone is then refused in one line); ``keys`` are the request keys
     (``state``, ``image``, ``image:<camera>``, as ``--policy-server-keys`` names them).
     """
     cameras = list(cameras or [])
-    if cameras and not policy:
-        raise ValueError(
-            "--cameras: a checkpoint's own policy reads the state vector only; give --policy module:factory "
-            "building one that reads observation.images.<camera> and observation.state."
-        )
     if cameras and not 1 <= image_size <= 1024:
         raise ValueError(f"--image-size must be 1..1024 pixels, got {image_size}.")
     keys = {**DEFAULT_KEYS, **(keys or {})}
