@@ -5,8 +5,8 @@ count; comments and docstrings do not. A token that names a simulator (the spell
 below, case-insensitive) outside that simulator's home (its package under
 ``simeval/envs/simulators/``) and the registry (``simeval/envs/simulators/__init__.py``)
 is reported as ``path:line: <simulator> named outside its home: <token>`` and the run
-exits 1. MuJoCo is the physics of four simulators: its name may appear in each of their
-homes. The one exception is :data:`simeval.refs.MOVED_REFS`, the old references that
+exits 1. MuJoCo is the physics of five simulators (LeRobot's ALOHA among them): its name may appear in
+each of their homes. The one exception is :data:`simeval.refs.MOVED_REFS`, the old references that
 profiles written before a move still name.
 
 Run by ``make lint``.
@@ -39,6 +39,7 @@ HOMES: dict[str, tuple[str, tuple[str, ...]]] = {
             SIMULATORS + "mujoco_warp/",
             SIMULATORS + "mjlab/",
             SIMULATORS + "gymnasium_vector.py",
+            SIMULATORS + "lerobot/",  # ALOHA's physics and cameras
         ),
     ),
 }
