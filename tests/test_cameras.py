@@ -169,7 +169,7 @@ def test_camera_flag_errors_are_one_line(argv, words):
 def test_a_simulator_without_cameras_or_a_camera_the_model_lacks_is_one_line():
     from simeval.envs import make_env
 
-    said = r"^Swimmer-v5: gymnasium envs observe no cameras; native MuJoCo and MuJoCo Warp envs do\.$"
+    said = r"^Swimmer-v5: gymnasium envs observe no cameras; native MuJoCo, MuJoCo Warp and mjlab envs do\.$"
     with pytest.raises(ValueError, match=said):
         make_env("Swimmer-v5", cameras=["track"])
     with pytest.raises(ValueError, match=r"^frame_stack stacks camera images: give cameras"):

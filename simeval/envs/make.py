@@ -115,7 +115,8 @@ def make_env(
         condition = Condition.parse(condition)
     check_condition(name, condition, backend)
     if cameras and not sim.cameras:
-        able = " and ".join(s.title for s in registered() if s.cameras) or "no simulator installed here"
+        titles = [s.title for s in registered() if s.cameras] or ["no simulator installed here"]
+        able = " and ".join(filter(None, (", ".join(titles[:-1]), titles[-1])))
         raise ValueError(f"{name}: {sim.title} envs observe no cameras; {able} envs do.")
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     options = {"render": render, "num_threads": num_threads, "exact_contact_forces": exact_contact_forces}

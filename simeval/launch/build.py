@@ -56,9 +56,10 @@ def build_env(
 
     The recorder is added when ``video_dir`` is set.
     """
+    views = {"cameras": cameras, "image_size": image_size, "frame_stack": frame_stack} if cameras else {}
     if simulator_for(name).prefix is not None:  # a "<prefix>:<task>" id: no env backend, no frames
         return make_env(
-            name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, condition=condition
+            name, num_envs=num_envs, max_steps=max_steps, device=device, obs_norm=obs_norm, condition=condition, **views
         )
     if video_dir:
         for key, value in simulator_for(name, backend).render_env.items():  # set before the simulator loads
@@ -72,7 +73,7 @@ def build_env(
         render=bool(video_dir),
         backend=backend,
         condition=condition,
-        **({"cameras": cameras, "image_size": image_size, "frame_stack": frame_stack} if cameras else {}),
+        **views,
     )
     if video_dir:
         from simeval.launch.video import EpisodeVideo

@@ -1,7 +1,8 @@
 """mjlab (``mjlab:<task>``): mjlab 1.6's manager-based tasks on MuJoCo Warp (its own venv).
 
 Conditions change a task through its config (``cfg`` overrides of commands, event terms,
-...); model physics settings are refused with that advice. The env itself:
+...); model physics settings are refused with that advice. ``cameras`` are mjlab's camera
+sensors on the scene's named cameras. The env itself:
 :func:`simeval.envs.simulators.mjlab.env.make_env`.
 """
 
@@ -15,7 +16,9 @@ from simeval.envs.simulators.task_config import TaskConfigSimulator
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
-    from torchrl.envs import EnvBase
+    from torchrl.envs import EnvBase, TransformedEnv
+
+    from simeval.envs.simulators.base import EnvRequest
 
 
 class Mjlab(TaskConfigSimulator):
@@ -25,6 +28,7 @@ class Mjlab(TaskConfigSimulator):
     title = "mjlab"
     prefix = "mjlab"
     physics_example = "events.foot_friction_slide"
+    cameras = True
 
     def env_module(self) -> ModuleType:
         """:mod:`simeval.envs.simulators.mjlab.env` (light: mjlab itself is imported when it builds an env)."""
@@ -42,6 +46,25 @@ class Mjlab(TaskConfigSimulator):
             return self.env_module().env_cfg(self.task(name))
         except EnvError:
             return None
+
+    def make(self, request: EnvRequest) -> TransformedEnv:
+        """:func:`.env.make_env`, with ``cameras``, ``image_size`` and ``frame_stack`` where cameras are asked for."""
+        options = request.options
+        if not options.get("cameras"):
+            return super().make(request)
+        return self.env_module().make_env(
+            self.task(request.name),
+            num_envs=request.num_envs,
+            device=request.device,
+            seed=request.seed,
+            max_steps=request.max_steps,
+            obs_norm=request.obs_norm,
+            cfg_overrides={**request.condition.cfg, **request.cfg_overrides},
+            condition=request.condition,
+            cameras=tuple(options["cameras"]),
+            image_size=options.get("image_size") or (64, 64),
+            frame_stack=int(options.get("frame_stack") or 1),
+        )
 
     def owns(self, base: EnvBase) -> bool:
         """torchrl's MJLabWrapper (simeval's log wrapper or a user's own; loaded once one was built)."""
