@@ -149,7 +149,8 @@ def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:
         return
     simulator = simulator_for(task.env, cfg.env_backend)
     if not simulator.cameras:
-        able = " and ".join(s.title for s in registered() if s.cameras)
+        titles = [s.title for s in registered() if s.cameras]
+        able = " and ".join(filter(None, (", ".join(titles[:-1]), titles[-1])))
         raise ConfigError(f"{where['cameras']}: {task.env}: {simulator.title} envs observe no cameras; {able} envs do.")
     if cfg.policy_server and frame_stack > 1:
         raise ConfigError(
