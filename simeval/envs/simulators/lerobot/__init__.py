@@ -9,23 +9,24 @@ as lerobot-eval seeds it. Light at import: LeRobot is imported when an env is bu
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest, Simulator
+from simeval.envs.simulators.base import EnvRequest
 from simeval.envs.simulators.lerobot import env as env_module
+from simeval.envs.simulators.sub_envs import SubEnvSimulator
 
 if TYPE_CHECKING:
-    from torchrl.envs import EnvBase, TransformedEnv
+    from torchrl.envs import TransformedEnv
 
 
-class LeRobot(Simulator):
+class LeRobot(SubEnvSimulator):
     """LeRobot's sim envs by env type, e.g. ``lerobot:pusht``."""
 
     name = "lerobot"
     title = "LeRobot"
     prefix = "lerobot"
     capabilities = frozenset({"observation", "action"})
+    marker = "ReseedEachEpisode"
     render_env = {"MUJOCO_GL": "egl"}  # ALOHA observes MuJoCo cameras (headless: EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
 
@@ -34,10 +35,6 @@ class LeRobot(Simulator):
         from simeval.envs.simulators.mujoco_native.gl import headless_gl
 
         return headless_gl()
-
-    def task(self, name: str) -> str:
-        """What follows ``"lerobot:"``: the env type, optionally ``/`` its gym task."""
-        return name.split(":", 1)[1]
 
     def tasks(self) -> tuple[str, ...]:
         """The env types, for messages (any gym task of theirs runs too)."""
@@ -50,16 +47,6 @@ class LeRobot(Simulator):
     def check(self, name: str) -> None:
         """LeRobot and the type's package installed, and the task one it registers; a one-line EnvError otherwise."""
         env_module.env_config(self.task(name))
-
-    def info_keys(self, env: EnvBase) -> tuple[str, ...]:
-        """``("success",)``: the env's ``is_success`` at every step."""
-        return ("success",)
-
-    def owns(self, base: EnvBase) -> bool:
-        """Whether ``base`` is a vector env of LeRobot sub-envs (:func:`.env.base_env`); imports nothing."""
-        wrappers = sys.modules.get(f"{__name__}.wrappers")  # loaded with the first env this simulator built
-        envs = getattr(base.__dict__.get("_env"), "envs", None)  # the instance dict: a batched env forwards getattr
-        return wrappers is not None and bool(envs) and isinstance(envs[0], wrappers.ReseedEachEpisode)
 
     def make(self, request: EnvRequest) -> TransformedEnv:
         """``request.num_envs`` sub-envs in one vector env, with the transform layout (no VecNorm: see :mod:`.env`)."""

@@ -96,22 +96,9 @@ def one_env(cfg: Any, stride: int) -> Any:
 
 def base_env(cfg: Any, num_envs: int, device: str | None) -> EnvBase:
     """``num_envs`` sub-envs in a SyncVectorEnv (autoreset off) under torchrl's GymWrapper, ``success`` read."""
-    import gymnasium as gym
-    import torch
-    from torchrl.data import Categorical, Composite
-    from torchrl.envs.libs.gym import GymWrapper, default_info_dict_reader
+    from simeval.envs.simulators.sub_envs import vector_env
 
-    vec = gym.vector.SyncVectorEnv(
-        [functools.partial(one_env, cfg, num_envs)] * num_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED
-    )
-    try:
-        env = GymWrapper(vec, device=device)
-    except BaseException:
-        vec.close()
-        raise
-    spec = Composite({"success": Categorical(2, shape=(num_envs,), dtype=torch.bool, device=device)}, shape=(num_envs,))
-    env.set_info_dict_reader(default_info_dict_reader(["success"], spec=spec))
-    return env
+    return vector_env(functools.partial(one_env, cfg, num_envs), num_envs, device, ("success",))
 
 
 def make_env(

@@ -10,41 +10,28 @@ or a task checked.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest, Simulator
+from simeval.envs.simulators.base import EnvRequest
 from simeval.envs.simulators.maniskill import env as env_module
+from simeval.envs.simulators.sub_envs import SubEnvSimulator
 
 if TYPE_CHECKING:
-    from torchrl.envs import EnvBase, TransformedEnv
+    from torchrl.envs import TransformedEnv
 
 
-class ManiSkill(Simulator):
+class ManiSkill(SubEnvSimulator):
     """ManiSkill3 tasks by their registry ids, e.g. ``maniskill:PushCube-v1``."""
 
     name = "maniskill"
     title = "ManiSkill3"
     prefix = "maniskill"
     capabilities = frozenset({"observation", "action"})
-
-    def task(self, name: str) -> str:
-        """The ManiSkill3 id of the env id ``name`` (what follows ``"maniskill:"``)."""
-        return name.split(":", 1)[1]
+    marker = "FreshSceneOnSeed"
 
     def check(self, name: str) -> None:
         """ManiSkill3 installed and the task one it registers; a one-line EnvError naming the fix otherwise."""
         env_module.check_task(self.task(name))
-
-    def info_keys(self, name: str) -> tuple[str, ...]:
-        """``("success",)``: ManiSkill3's tasks report their success flag at every step."""
-        return ("success",)
-
-    def owns(self, base: EnvBase) -> bool:
-        """Whether ``base`` is a vector env of ManiSkill3 CPU envs (:func:`.env.base_env`); imports nothing."""
-        wrappers = sys.modules.get(f"{__name__}.wrappers")  # loaded with the first env this simulator built
-        envs = getattr(base.__dict__.get("_env"), "envs", None)  # the instance dict: a batched env forwards getattr
-        return wrappers is not None and bool(envs) and isinstance(envs[0], wrappers.FreshSceneOnSeed)
 
     def make(self, request: EnvRequest) -> TransformedEnv:
         """``request.num_envs`` ManiSkill3 envs in one vector env, with the transform layout; seeded when asked."""

@@ -89,25 +89,9 @@ def one_env(task: str) -> Any:
 
 def base_env(task: str, num_envs: int, device: str | None) -> EnvBase:
     """``num_envs`` envs of ``task`` in a SyncVectorEnv (autoreset off) under torchrl's GymWrapper, flags read."""
-    import gymnasium as gym
-    import torch
-    from torchrl.data import Categorical, Composite
-    from torchrl.envs.libs.gym import GymWrapper, default_info_dict_reader
+    from simeval.envs.simulators.sub_envs import vector_env
 
-    vec = gym.vector.SyncVectorEnv(
-        [functools.partial(one_env, task)] * num_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED
-    )
-    try:
-        _, info = vec.reset()
-        flags = [f for f in FLAGS if f in info]
-        env = GymWrapper(vec, device=device)
-    except BaseException:
-        vec.close()
-        raise
-    if flags:
-        spec = {f: Categorical(2, shape=(num_envs,), dtype=torch.bool, device=device) for f in flags}
-        env.set_info_dict_reader(default_info_dict_reader(flags, spec=Composite(spec, shape=(num_envs,))))
-    return env
+    return vector_env(functools.partial(one_env, task), num_envs, device, FLAGS)
 
 
 def make_env(
