@@ -77,14 +77,14 @@ $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
 
 mjlab: $(MJLAB_STAMP)
 
-# Python 3.11, PyPI's torch 2.9.1 and torchvision 0.24.1, lerobot with its PushT and ALOHA envs, simeval.
+# Python 3.11, PyPI's torch 2.9.1 and torchvision 0.24.1, lerobot with its PushT, ALOHA and MetaWorld envs, simeval.
 $(LEROBOT_STAMP): pyproject.toml constraints-lerobot.txt
 	@tools/lane-time start venv-lerobot
 	rm -rf $(LEROBOT_VENV)
 	$(PYTHON) -m venv $(LEROBOT_VENV)
 	$(LEROBOT_PY) -m pip install --quiet --upgrade pip
 	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt torch torchvision
-	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt "lerobot[pusht,aloha]==0.4.4" -e ".[test]"
+	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt "lerobot[pusht,aloha,metaworld]==0.4.4" -e ".[test]"
 	touch $@
 	@tools/lane-time end venv-lerobot
 

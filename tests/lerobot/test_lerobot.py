@@ -144,15 +144,16 @@ def test_the_env_observes_what_lerobot_eval_hands_its_policy(env_id, kind, task,
     """Same seeds, same actions: the observations lerobot-eval's preprocess_observation gives, the same rewards."""
     import numpy as np
     import torch
+    from lerobot.envs.configs import EnvConfig
     from lerobot.envs.factory import make_env as lerobot_make_env
-    from lerobot.envs.factory import make_env_config
     from lerobot.envs.utils import preprocess_observation
 
     from simeval.envs import make_env
 
     ours_env = make_env(env_id, num_envs=2, seed=SEED)  # first: it sets MUJOCO_GL for ALOHA's cameras
-    config = make_env_config(kind, **({"task": task} if task else {}))
-    theirs_env = lerobot_make_env(config, n_envs=2)[kind][0]
+    config = EnvConfig.get_choice_class(kind)(**({"task": task} if task else {}))
+    (group,) = lerobot_make_env(config, n_envs=2).values()  # {env type or task group: {0: vector env}}
+    theirs_env = group[0]
     try:
         raw, _ = theirs_env.reset(seed=[SEED, SEED + 1])
         theirs = preprocess_observation(raw)
@@ -169,6 +170,32 @@ def test_the_env_observes_what_lerobot_eval_hands_its_policy(env_id, kind, task,
     finally:
         theirs_env.close()
         ours_env.close()
+
+
+def test_a_metaworld_episode_is_fixed_by_its_seed_where_lerobot_evals_is_not():
+    """MetaWorld 3 ignores reset's seed and LeRobot's env draws the puck and goal from NumPy's global generator;
+    simeval's seeds them per episode, so two builds of one seed start the same episodes, image for image."""
+    import numpy as np
+    import torch
+    from lerobot.envs.metaworld import MetaworldEnv
+
+    from simeval.envs import make_env
+
+    first, again, other = (make_env("lerobot:metaworld/push-v3", num_envs=2, seed=s) for s in (SEED, SEED, SEED + 1))
+    try:
+        a, b, c = first.reset(), again.reset(), other.reset()
+        assert torch.equal(a["observation.image"], b["observation.image"])
+        assert torch.equal(a["observation.image"][1], c["observation.image"][0])  # sub-env i of seed s: seed s + i
+        assert not torch.equal(a["observation.image"][0], a["observation.image"][1])
+        action = torch.tensor([[0.5, -0.2, 0.1, 1.0]] * 2)
+        steps = [env.step(td.set("action", action))["next", "reward"] for env, td in ((first, a), (again, b))]
+        assert torch.equal(*steps)
+    finally:
+        for env in (first, again, other):
+            env.close()
+    theirs = MetaworldEnv(task="metaworld-push-v3", obs_type="pixels_agent_pos")
+    assert not np.array_equal(theirs.reset(seed=SEED)[0]["pixels"], theirs.reset(seed=SEED)[0]["pixels"])
+    theirs.close()
 
 
 def test_watch_evaluates_lerobot_trains_checkpoints_by_step_and_not_last(policy_dir, tmp_path):

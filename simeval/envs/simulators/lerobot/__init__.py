@@ -1,6 +1,7 @@
-"""LeRobot (``lerobot:<env>``): LeRobot's simulation envs (PushT, ALOHA) as lerobot-eval steps them.
+"""LeRobot (``lerobot:<env>``): LeRobot's simulation envs (PushT, ALOHA, MetaWorld) as lerobot-eval steps them.
 
-``lerobot:pusht``, ``lerobot:aloha`` (its default task) or ``lerobot:aloha/AlohaTransferCube-v0``:
+``lerobot:pusht``, ``lerobot:aloha`` (its default task), ``lerobot:aloha/AlohaTransferCube-v0`` or
+``lerobot:metaworld/push-v3``:
 the env type's gymnasium envs in one vector env in this process (:mod:`.env`), observing
 LeRobot's keys (``observation.image`` or ``observation.images.<camera>``, ``observation.state``),
 with the env's ``is_success`` per step under ``("next", "success")``. Every episode is seeded

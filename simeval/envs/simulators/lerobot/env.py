@@ -30,10 +30,15 @@ if TYPE_CHECKING:
 
     from simeval.conditions import Condition
 
-INSTALL_HINT = "run `make lerobot` (a venv with lerobot[pusht,aloha]==0.4.4) and use .venv-lerobot/bin/python"
+INSTALL_HINT = (
+    "run `make lerobot` (a venv with lerobot[pusht,aloha,metaworld]==0.4.4) and use .venv-lerobot/bin/python"
+)
 # The env types simeval builds: LeRobot's type -> the package that registers its gym ids. A fixed table:
 # an env id (from a suite file, say) never names a package to import.
-PACKAGES = {"pusht": "gym_pusht", "aloha": "gym_aloha"}
+PACKAGES = {"pusht": "gym_pusht", "aloha": "gym_aloha", "metaworld": "metaworld"}
+# Env types whose sub-envs are LeRobot's own class (lerobot.envs.<type>), not a gym id: (class, the task's prefix).
+OWN_CLASSES = {"metaworld": ("MetaworldEnv", "metaworld-")}
+SEEDED_POSITIONS = ("metaworld",)  # types whose reset ignores its seed: wrappers.SeededPositions
 
 
 def headless() -> None:
@@ -74,9 +79,11 @@ def env_config(task: str) -> Any:
 
     kind, name = split(task)
     check_installed(kind)
-    from lerobot.envs.factory import make_env_config
+    from lerobot.envs.configs import EnvConfig
 
-    cfg = make_env_config(kind, **({"task": name} if name else {}))
+    if kind in OWN_CLASSES:
+        return _own_class_config(kind, name)
+    cfg = EnvConfig.get_choice_class(kind)(**({"task": name} if name else {}))
     importlib.import_module(PACKAGES[kind])  # registers the type's gym ids
     if cfg.gym_id not in gym.registry:
         known = sorted(k.split("/", 1)[1] for k in gym.registry if k.startswith(f"{PACKAGES[kind]}/"))
@@ -84,13 +91,30 @@ def env_config(task: str) -> Any:
     return cfg
 
 
+def _own_class_config(kind: str, name: str | None) -> Any:
+    """The config of a type whose envs are LeRobot's own class (MetaWorld), its task checked against the class's."""
+    from lerobot.envs.configs import EnvConfig
+
+    module = importlib.import_module(f"lerobot.envs.{kind}")  # kind: a key of the fixed table
+    known = sorted(module.TASK_DESCRIPTIONS)
+    if name is None or name.removeprefix(OWN_CLASSES[kind][1]) not in known:
+        raise EnvError(f"LeRobot {kind} needs a task of its own: {kind}/<task>, one of {', '.join(known)}.")
+    return EnvConfig.get_choice_class(kind)(task=OWN_CLASSES[kind][1] + name.removeprefix(OWN_CLASSES[kind][1]))
+
+
 def one_env(cfg: Any, stride: int) -> Any:
     """One sub-env as ``lerobot.envs.factory.make_env`` builds it, under LeRobot's keys and per-episode seeds."""
     import gymnasium as gym
 
-    from simeval.envs.simulators.lerobot.wrappers import LeRobotKeys, ReseedEachEpisode
+    from simeval.envs.simulators.lerobot.wrappers import LeRobotKeys, ReseedEachEpisode, SeededPositions
 
-    env = gym.make(cfg.gym_id, disable_env_checker=cfg.disable_env_checker, **(cfg.gym_kwargs or {}))
+    if cfg.type in OWN_CLASSES:  # as lerobot.envs.<type>.create_<type>_envs builds each
+        own = getattr(importlib.import_module(f"lerobot.envs.{cfg.type}"), OWN_CLASSES[cfg.type][0])
+        env = own(task=cfg.task, **(cfg.gym_kwargs or {}))
+        if cfg.type in SEEDED_POSITIONS:
+            env = SeededPositions(env)
+    else:
+        env = gym.make(cfg.gym_id, disable_env_checker=cfg.disable_env_checker, **(cfg.gym_kwargs or {}))
     return ReseedEachEpisode(LeRobotKeys(env), stride)
 
 

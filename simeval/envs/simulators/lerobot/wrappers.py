@@ -104,3 +104,22 @@ class ReseedEachEpisode(gym.Wrapper):
         """The env's step (the episode now counts as run)."""
         self._stepped = True
         return self.env.step(action)
+
+
+class SeededPositions(gym.Wrapper):
+    """A seeded reset of LeRobot's MetaWorld env draws the object and goal positions from that seed.
+
+    MetaWorld 3 ignores ``reset(seed=...)``, and LeRobot's ``MetaworldEnv`` unfreezes the task's
+    positions so that each reset draws them from NumPy's global generator: an episode's seed then
+    does not fix its initial state (lerobot-eval's episodes depend on the order of its resets).
+    Here a seeded reset seeds the MetaWorld env (``seed()``) and has it draw the positions from its
+    own generator (``seeded_rand_vec``), so a seed fixes the episode, whichever worker or sub-env runs it.
+    """
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        """The env's reset, its positions drawn from ``seed`` when one is given."""
+        inner = self.env.unwrapped._env  # LeRobot's MetaworldEnv holds the MetaWorld env here
+        if seed is not None:
+            inner.seeded_rand_vec = True
+            inner.seed(int(seed) % 2**32)
+        return self.env.reset(seed=seed, options=options)
