@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from simeval.envs.simulators.base import Simulator
 
 if TYPE_CHECKING:
-    from torchrl.envs import EnvBase
+    from torchrl.envs import EnvBase, TransformedEnv
+
+    from simeval.conditions import Condition
 
 
 def vector_env(make_one: Callable[[], Any], num_envs: int, device: str | None, flags: Sequence[str]) -> EnvBase:
@@ -42,6 +44,27 @@ def vector_env(make_one: Callable[[], Any], num_envs: int, device: str | None, f
     if present:
         spec = {f: Categorical(2, shape=(num_envs,), dtype=torch.bool, device=device) for f in present}
         env.set_info_dict_reader(default_info_dict_reader(present, spec=Composite(spec, shape=(num_envs,))))
+    return env
+
+
+def layered(
+    base: EnvBase, *, condition: Condition | None, max_steps: int | None, obs_norm: bool, seed: int | None
+) -> TransformedEnv:
+    """``base`` under the condition's Perturb and simeval's layout, seeded (``None``: a random seed).
+
+    A random seed where none is given: a vector env of sub-envs that seed themselves from one fixed
+    seed would otherwise repeat each other's episodes.
+    """
+    import random
+
+    from torchrl.envs import TransformedEnv
+
+    from simeval.envs.layout import append_layout
+    from simeval.envs.perturb import perturbed
+
+    env = TransformedEnv(base if condition is None else perturbed(base, condition), auto_unwrap=False)
+    append_layout(env, max_steps, obs_norm)
+    env.set_seed(random.SystemRandom().randrange(2**31) if seed is None else seed)
     return env
 
 

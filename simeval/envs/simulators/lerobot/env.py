@@ -18,11 +18,9 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import random
 import sys
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.layout import append_layout
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
@@ -30,9 +28,7 @@ if TYPE_CHECKING:
 
     from simeval.conditions import Condition
 
-INSTALL_HINT = (
-    "run `make lerobot` (a venv with lerobot[pusht,aloha,metaworld]==0.4.4) and use .venv-lerobot/bin/python"
-)
+INSTALL_HINT = "run `make lerobot` (a venv with lerobot[pusht,aloha,metaworld]==0.4.4) and use .venv-lerobot/bin/python"
 # The env types simeval builds: LeRobot's type -> the package that registers its gym ids. A fixed table:
 # an env id (from a suite file, say) never names a package to import.
 PACKAGES = {"pusht": "gym_pusht", "aloha": "gym_aloha", "metaworld": "metaworld"}
@@ -151,14 +147,8 @@ def make_env(
     Raises:
         EnvError: LeRobot or the env's package missing, or an unknown env type or task.
     """
-    from torchrl.envs import TransformedEnv
-
-    from simeval.envs.perturb import perturbed  # torch: loaded when an env is built
+    from simeval.envs.simulators.sub_envs import layered
 
     headless()
-    cfg = env_config(task)
-    base = base_env(cfg, num_envs, device)
-    env = TransformedEnv(base if condition is None else perturbed(base, condition), auto_unwrap=False)
-    append_layout(env, max_steps, obs_norm=False)
-    env.set_seed(random.SystemRandom().randrange(2**31) if seed is None else seed)
-    return env
+    base = base_env(env_config(task), num_envs, device)
+    return layered(base, condition=condition, max_steps=max_steps, obs_norm=False, seed=seed)

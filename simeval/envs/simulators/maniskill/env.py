@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import random
 import sys
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.layout import append_layout
 from simeval.errors import EnvError
 
 if TYPE_CHECKING:
@@ -122,13 +120,8 @@ def make_env(
     Raises:
         EnvError: ManiSkill3 missing or an unknown task.
     """
-    from torchrl.envs import TransformedEnv
-
-    from simeval.envs.perturb import perturbed  # torch: loaded when an env is built
+    from simeval.envs.simulators.sub_envs import layered
 
     check_task(task)
     base = base_env(task, num_envs, device)
-    env = TransformedEnv(base if condition is None else perturbed(base, condition), auto_unwrap=False)
-    append_layout(env, max_steps, obs_norm)
-    env.set_seed(random.SystemRandom().randrange(2**31) if seed is None else seed)
-    return env
+    return layered(base, condition=condition, max_steps=max_steps, obs_norm=obs_norm, seed=seed)
