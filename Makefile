@@ -188,7 +188,7 @@ test-maniskill: $(MANISKILL_STAMP) $(STAMP)
 # LeRobot's tests build an ACT policy here and hold simeval's numbers on PushT to lerobot-eval's.
 test-lerobot: $(LEROBOT_STAMP) $(STAMP)
 	tools/lane-time run lerobot env RAY_ADDRESS=local $(PYTEST_ENV) $(LEROBOT_PY) -m pytest -q -rs --durations=5 \
-		--simulator=lerobot tests/lerobot
+		--simulator=lerobot tests/le_robot
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
 # file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.

@@ -11,7 +11,7 @@ Prints, in one run and per number of envs B: the env-steps per second to evaluat
     is run twice: on every core, as it runs by default, and on one thread;
 
 and their ratios, with the mean return of each (the same episodes: they agree to float32 rounding).
-The policy is tests/lerobot/act_policy.py's ACT (96-pixel image, chunks of 10, 5 played). Medians over
+The policy is tests/le_robot/act_policy.py's ACT (96-pixel image, chunks of 10, 5 played). Medians over
 ``--repeats``; the machine and the date are printed. Runs in .venv-lerobot (make lerobot).
 
     .venv-lerobot/bin/python benchmarks/bench_lerobot.py [--envs 4 16] [--episodes 16] [--steps 100] [--repeats 3]
@@ -31,7 +31,7 @@ import time
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # lerobot-eval's progress bars
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "lerobot"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "le_robot"))
 
 
 def lerobot_eval(policy_dir: str, envs: int, episodes: int, steps: int, threads: int) -> tuple[float, float]:
@@ -98,7 +98,7 @@ def main() -> None:
 
     policy_dir = str(save_act(os.path.join(tempfile.mkdtemp(), "pretrained_model")))
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"{datetime.date.today()}; PushT, ACT (tests/lerobot/act_policy.py), {args.episodes} episodes "
+          f"{datetime.date.today()}; PushT, ACT (tests/le_robot/act_policy.py), {args.episodes} episodes "
           f"of {args.steps} steps, medians of {args.repeats}")  # fmt: skip
     cores = os.cpu_count() or 1
     print(f"| envs | lerobot-eval, {cores} threads: env-steps/s | lerobot-eval, 1 thread | simeval (1 thread) | "

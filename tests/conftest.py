@@ -29,7 +29,7 @@ SIMULATOR_TESTS = {
     "isaaclab": ("isaaclab", "isaac_lab"),
     "mjlab": ("mjlab", "mj_lab"),
     "maniskill": ("mani_skill", "maniskill"),
-    "lerobot": ("lerobot", "lerobot"),
+    "lerobot": ("lerobot", "le_robot"),  # not tests/lerobot: a folder of that name would be found as the package
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOT_COLLECTED = pytest.StashKey[dict]()  # the simulator folders left out of this session, each with why

@@ -1,7 +1,7 @@
 """LeRobot 0.4.4 through simeval: its pretrained_model/ directories, its sim envs, and lerobot-eval as the oracle.
 
 Runs in the venv that ``make lerobot`` builds (``make test-lerobot``); every test is required, so CI
-fails if LeRobot cannot run. The policy is an ACT built and saved here (tests/lerobot/act_policy.py:
+fails if LeRobot cannot run. The policy is an ACT built and saved here (tests/le_robot/act_policy.py:
 seeded random weights, made-up but fixed normaliser statistics; no hub access), reading PushT's
 96-pixel camera image and agent position and answering chunks of 10 actions, of which 5 are played.
 The oracle: ``lerobot-eval`` on the same directory, env and seed gives the same per-episode return
