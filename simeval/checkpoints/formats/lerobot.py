@@ -228,6 +228,10 @@ def actor(env: EnvBase, config: dict, preprocessor: list, postprocessor: list) -
         raise ValueError(
             f"a LeRobot policy of type {config.get('type')!r:.40}: simeval runs {', '.join(POLICY_TYPES)}."
         )
+    for step in (*preprocessor, *postprocessor):  # kwargs may come from any checkpoint naming this factory
+        name = step.get("registry_name") if isinstance(step, dict) else None
+        if name not in STEPS:
+            raise ValueError(f"LeRobot processor step {name!r:.60}: simeval builds only {', '.join(STEPS)}.")
     device = getattr(env, "device", None)
     net = LeRobotPolicy(config, preprocessor, postprocessor, device=None if device is None else str(device))
     module = TensorDictModule(net, in_keys=list(net.in_keys), out_keys=["action"])
