@@ -13,9 +13,9 @@ HalfCheetah-v5, MLP 17-64-64-6 (deterministic), on ``--device``:
       env step of the round, cold (the round builds the env) and warm, and how long
       ``trigger_eval`` itself blocks the caller; the first step is timed by a transform on the env;
   (c) ``examples/train_ppo.py``: training frames/s alone and with background evaluation
-      (``--eval-every`` = one batch, busy policy skip: evaluation runs back to back), and the
-      interference in %. The script is run with the flags it has: without a ``--device`` flag its
-      training runs on the CPU, and the report says so.
+      (``--eval-every`` = one batch, busy policy skip: evaluation runs back to back) on the process
+      and the thread backend, and the interference of each in %. The script is run with the flags it
+      has: without a ``--device`` flag its training runs on the CPU, and the report says so.
 
 Every configuration of (a) and (b) runs in a fresh child process (one warm-up round, then the
 median of ``--repeats``). Without CUDA (and ``--device`` on CUDA) it exits 2. Not a test.
@@ -231,17 +231,18 @@ def training(args: argparse.Namespace, smoke: bool) -> None:
         where = args.device
     if "--env-backend" in flags:
         argv.append(f"--env-backend={args.env_backend}")
-    if "--eval-backend" in flags:  # the same GPU, in process: one CUDA context
-        argv.append("--eval-backend=thread")
     alone = train_run([*argv, "--eval-every=0"])
-    beside = train_run([*argv, f"--eval-every={sizes['--frames-per-batch']}"])
     print(f"\n(c) examples/train_ppo.py {' '.join(argv)}; training on {where}")
     print(f"    alone:                      {alone['fps']:>10,.0f} frames/s ({alone['batches']} batches)")
-    print(
-        f"    with background evaluation: {beside['fps']:>10,.0f} frames/s ({beside['evals']} evaluation rounds "
-        f"finished, triggered every batch, busy policy skip)"
-    )
-    print(f"    interference: {100 * (1 - beside['fps'] / alone['fps']):.1f}% fewer training frames/s")
+    # process: a child with its own CUDA context; thread: this process's context (a Warp env steps without graphs)
+    for backend in ("process", "thread") if "--eval-backend" in flags else (None,):
+        extra = [f"--eval-backend={backend}"] if backend else []
+        beside = train_run([*argv, *extra, f"--eval-every={sizes['--frames-per-batch']}"])
+        label = f"evaluation, {backend} backend:" if backend else "with background evaluation:"
+        print(
+            f"    {label:<28}{beside['fps']:>10,.0f} frames/s ({beside['evals']} evaluation rounds finished, "
+            f"triggered every batch, busy policy skip): {100 * (1 - beside['fps'] / alone['fps']):.1f}% fewer"
+        )
 
 
 # -- the report -------------------------------------------------------------------

@@ -13,6 +13,7 @@ Prints milliseconds per step of all sub-envs and microseconds per sub-env step, 
 ``--repeats`` rounds, their ratio, the server's batching summary, the machine and the date.
 
     python benchmarks/bench_remote_policy.py [--envs 16 64 128 256] [--steps 200] [--repeats 3]
+    python benchmarks/bench_remote_policy.py --server-device cuda:0   # the server's policy on a GPU
 
 Also prints the peak resident memory of the server and of this process (the simulators, the client).
 """
@@ -73,11 +74,21 @@ def main() -> None:
     p.add_argument("--envs", type=int, nargs="+", default=[16, 64, 128, 256])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--server-device", default="cpu", help="where the server's policy runs (cpu, cuda:0)")
     args = p.parse_args()
     from simeval.checkpoints.shipped import shipped_checkpoint
 
     server = subprocess.Popen(
-        [sys.executable, "-m", "simeval.serve_policy", shipped_checkpoint(), "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "simeval.serve_policy",
+            shipped_checkpoint(),
+            "--port",
+            "0",
+            "--device",
+            args.server_device,
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -91,7 +102,8 @@ def main() -> None:
     )
     print(
         f"HalfCheetah-v5, shipped final checkpoint, {args.steps} steps per sub-env per round, "
-        f"median of {args.repeats} rounds (thread backend, CPU)\n"
+        f"median of {args.repeats} rounds (thread backend, CPU simulators; the server's policy on "
+        f"{_device_name(args.server_device)})\n"
     )
     print(
         f"{'envs':>5} {'in-process ms/step':>19} {'remote ms/step':>15} {'in-process us/env-step':>23} "
@@ -108,6 +120,15 @@ def main() -> None:
         _, err = server.communicate(timeout=60)
         print("\n" + err.strip().splitlines()[-1])
         print(f"peak resident memory: server {server_peak:.0f} MiB, simulators and client {_peak_mib('self'):.0f} MiB")
+
+
+def _device_name(device: str) -> str:
+    """``device`` with its GPU's name where it is a CUDA device."""
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    return f"{device}, {torch.cuda.get_device_name(device)}, torch {torch.__version__}"
 
 
 def _peak_mib(pid: int | str) -> float:

@@ -14,7 +14,10 @@ replay storage and the loss all live there, and the in-process evaluator runs it
 policy there too; ``--env-backend warp`` also steps the physics there:
 
     python examples/train_ppo.py --device cuda:0 --env-backend warp --num-envs 1024 \
-        --frames-per-batch 32768 --minibatch 4096 --epochs 5 --eval-backend thread
+        --frames-per-batch 32768 --minibatch 4096 --epochs 5
+
+(keep ``--eval-backend process``, the default, with a Warp env on a GPU: a thread-backend
+worker steps it without CUDA graphs and took 71% of training's speed on an H200.)
 """
 
 from __future__ import annotations

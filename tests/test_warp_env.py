@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 
 import pytest
 import torch
@@ -352,3 +353,24 @@ def test_cuda_graphs_are_captured_on_the_main_thread_only_unless_asked():
     assert graphs_wanted(None) is True
     assert seen == {"default": False, "asked": True}
     assert graphs_wanted(False) is False
+
+
+def test_a_cuda_env_built_off_the_main_thread_warns_that_it_steps_without_graphs():
+    """The thread backend's graphless Warp env is 18x slower on an H200: the user is told and pointed at 'process'."""
+    from simeval.envs.simulators.mujoco_warp.env import warn_if_graphless
+
+    def caught(*args) -> list[str]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            thread = threading.Thread(target=warn_if_graphless, args=args)
+            thread.start()
+            thread.join()
+        return [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+    (message,) = caught(True, None, "cuda:0")
+    assert message.startswith("MuJoCo Warp on cuda:0 was built off the main thread") and "backend='process'" in message
+    assert caught(True, False) == [] and caught(True, True) == []  # the user chose
+    assert caught(False, None) == []  # Warp's CPU device captures nothing anyway
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_graphless(True, None)  # the main thread captures: silent

@@ -22,6 +22,7 @@ and qvel (``simeval.envs.simulators.mujoco_warp.WARP_TASKS``); the physics is Mu
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -203,6 +204,7 @@ class WarpBatchEnv(EnvBase):
                 self._eyes = _WarpEyes(model, self._m, self._d, self.cameras, self.image_size, n)
         self._make_specs(model)
         self._graph = self._reset_graph = None
+        warn_if_graphless(self._wp_device.is_cuda, cuda_graphs, self._wp_device)
         if self._wp_device.is_cuda and graphs_wanted(cuda_graphs):  # one graph launch per step, not hundreds
             self._warp(self._step_physics)  # compiles and loads every kernel before the capture
             self._warp(self._reset_masked)
@@ -384,6 +386,22 @@ def graphs_wanted(cuda_graphs: bool | None) -> bool:
     if cuda_graphs is None:
         return threading.current_thread() is threading.main_thread()
     return cuda_graphs
+
+
+# Measured on an H200 (2026-11-26, docs/benchmarks.md): 1024 HalfCheetah worlds, 25k env-steps/s kernel by kernel in a
+# thread-backend worker against 462k in the bare loop with graphs; a PPO trainer beside such a worker lost 71% of its
+# frames/s (the worker's Python launches hold the GIL), beside a process-backend worker 2%.
+GRAPHLESS = (
+    "MuJoCo Warp on {device} was built off the main thread (a thread-backend worker), so it steps kernel by kernel "
+    "without CUDA graphs: 10-18x slower, and it slows a trainer in this process; evaluate with backend='process' "
+    "(its worker captures graphs), or build WarpBatchEnv(cuda_graphs=True) when no other thread uses the GPU meanwhile."
+)
+
+
+def warn_if_graphless(is_cuda: bool, cuda_graphs: bool | None, device: object = "cuda") -> None:
+    """Warn (RuntimeWarning) when a CUDA env would step without graphs only because it is built off the main thread."""
+    if is_cuda and cuda_graphs is None and not graphs_wanted(None):
+        warnings.warn(GRAPHLESS.format(device=device), RuntimeWarning, stacklevel=3)
 
 
 def _capture(wp_device: object, fn: Callable[[], None]) -> object:
