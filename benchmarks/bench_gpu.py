@@ -234,8 +234,10 @@ def training(args: argparse.Namespace, smoke: bool) -> None:
     alone = train_run([*argv, "--eval-every=0"])
     print(f"\n(c) examples/train_ppo.py {' '.join(argv)}; training on {where}")
     print(f"    alone:                      {alone['fps']:>10,.0f} frames/s ({alone['batches']} batches)")
-    # process: a child with its own CUDA context; thread: this process's context (a Warp env steps without graphs)
-    for backend in ("process", "thread") if "--eval-backend" in flags else (None,):
+    # process: a child with its own CUDA context; thread: this process's context (a Warp env steps without graphs).
+    # The smoke run shows the path runs: the process row alone (the thread row is the same code, another flag).
+    backends = (("process",) if smoke else ("process", "thread")) if "--eval-backend" in flags else (None,)
+    for backend in backends:
         extra = [f"--eval-backend={backend}"] if backend else []
         beside = train_run([*argv, *extra, f"--eval-every={sizes['--frames-per-batch']}"])
         label = f"evaluation, {backend} backend:" if backend else "with background evaluation:"

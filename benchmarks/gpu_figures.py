@@ -47,7 +47,7 @@ def parts(device: str, smoke: bool, out: str) -> list[tuple[str, list[str]]]:
             ("bench_gpu", [py, f"{HERE}/bench_gpu.py", "--device", "cpu", "--sizes", "8", "--repeats", "1", "--quick",
                            "--env-backend", "native"]),
             ("bench_isaaclab", [ISAAC_PYTHON, f"{HERE}/bench_isaaclab.py", "--device", "cpu", "--num-envs", "16",
-                                "--steps", "10", "--repeats", "1"]),
+                                "--steps", "10", "--repeats", "1", "--trials", "1"]),
             ("bench_warp_cameras", [py, f"{HERE}/bench_warp_cameras.py", "--device", "cpu", "--worlds", "1",
                                     "--sizes", "16", "--steps", "1", "--opt-level", "0"]),
         ]  # fmt: skip

@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -36,6 +37,7 @@ from simeval.launch.config import ConfigError, LaunchConfig
 pytestmark = pytest.mark.timeout(1500)
 SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30")
 IMAGE = "simeval:test"
+CONTAINER_TESTS = ("tests/test_envs.py", "tests/test_api.py", "tests/test_checkpoint.py")
 
 
 def _records(out) -> list[dict]:
@@ -439,6 +441,9 @@ def image_build(engine):
     torch_spec = next(x.strip() for x in open(os.path.join(REPO, "constraints-ci.txt")) if x.startswith("torch=="))
     torch_wheelhouse(os.path.join(REPO, "containers", "wheelhouse"), torch_spec)
     env.update(DOCKER=DOCKER, BASE_IMAGE=base, TORCH_SPEC=torch_spec, SIMEVAL_IMAGE_TAG=IMAGE)
+    # This session's core runs these files on the host: inside, the batched MuJoCo env, the API and checkpoints show
+    # that the image works (containers/ci.sh's full set, with test_native_envs and test_metrics, costs a minute more).
+    env["SIMEVAL_CONTAINER_TESTS"] = " ".join(CONTAINER_TESTS)
     proc = subprocess.run(
         ["containers/ci.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
     )  # fmt: skip
@@ -473,6 +478,7 @@ def test_ci_script_builds_a_non_root_image_and_the_mujoco_tests_pass_inside(engi
 
     assert image_build.returncode == 0, (image_build.stdout + image_build.stderr)[-3000:]
     assert " passed" in image_build.stdout and " failed" not in image_build.stdout
+    assert f"{_collected(CONTAINER_TESTS)} passed" in image_build.stdout  # the files asked for, all of them, no other
     env = {**os.environ, **engine}
     whoami = subprocess.run(
         [DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "id", IMAGE, "-u"],
@@ -484,6 +490,15 @@ def test_ci_script_builds_a_non_root_image_and_the_mujoco_tests_pass_inside(engi
         [DOCKER, "run", "--rm", "--network", "none", IMAGE, "--help"], env=env, capture_output=True, text=True
     )
     assert helped.returncode == 0 and "--watch" in helped.stdout
+
+
+def _collected(files: tuple[str, ...]) -> int:
+    """How many tests pytest collects from ``files`` here (what the image must pass)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(re.search(r"(\d+) tests? collected", proc.stdout).group(1))
 
 
 def _inspect_while_it_runs(engine, proc, timeout: float = 120) -> dict:

@@ -34,5 +34,5 @@ def test_the_gpu_figures_command_runs_every_part_in_smoke_mode(tmp_path):
         assert (tmp_path / f"{name}.txt").stat().st_size > 0
     assert "trigger_eval()" in out and "(b) trigger_eval" in out and "simeval / bare" in out
     assert "(c) examples/train_ppo.py" in out  # training alone, then beside evaluation on each backend
-    assert "evaluation, process backend:" in out and "evaluation, thread backend:" in out
+    assert "evaluation, process backend:" in out  # (the thread row runs on a GPU only)
     assert "MuJoCo Warp's batch renderer (track camera), Warp's CPU device" in out  # the camera row's part
