@@ -390,7 +390,7 @@ def graphs_wanted(cuda_graphs: bool | None) -> bool:
 
 # Measured on an H200 (2026-11-26, docs/benchmarks.md): 1024 HalfCheetah worlds, 25k env-steps/s kernel by kernel in a
 # thread-backend worker against 462k in the bare loop with graphs; a PPO trainer beside such a worker lost 71% of its
-# frames/s (the worker's Python launches hold the GIL), beside a process-backend worker 2%.
+# frames/s (likely the GIL its Python launches hold), beside a process-backend worker 2%.
 GRAPHLESS = (
     "MuJoCo Warp on {device} was built off the main thread (a thread-backend worker), so it steps kernel by kernel "
     "without CUDA graphs: 10-18x slower, and it slows a trainer in this process; evaluate with backend='process' "
