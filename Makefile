@@ -40,17 +40,17 @@ PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
 .PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill test-lerobot isaaclab mjlab maniskill lerobot lint docs bench bench-native bench-isaaclab clean
 
-# --no-compile on every venv: pip would byte-compile every file it installs (about 30 s a venv on 2 CPUs); an
-# import compiles the modules it loads, once, and most of a venv is never imported.
+# pip byte-compiles every file it installs (about 30 s a venv on 2 CPUs); --no-compile would save that, but where
+# PYTHONDONTWRITEBYTECODE is set (this machine's environment) every process then compiles torch from source again.
 $(STAMP): pyproject.toml constraints-ci.txt
 	@tools/lane-time start venv
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -c constraints-ci.txt torch
-	$(PY) -m pip install --quiet --no-compile -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle,mutate]"
+	$(PY) -m pip install --quiet -c constraints-ci.txt torch
+	$(PY) -m pip install --quiet -c constraints-ci.txt -e ".[test,libs,warp,docs,oracle,mutate]"
 	# openpi's client, the oracle of tests/test_remote_policy.py: without its dependencies (it pins numpy < 2;
 	# its client needs only websockets and msgpack, which the test extra brings).
-	$(PY) -m pip install --quiet --no-compile --no-deps "openpi-client==0.1.2"
+	$(PY) -m pip install --quiet --no-deps "openpi-client==0.1.2"
 	touch $@
 	@tools/lane-time end venv
 
@@ -60,7 +60,7 @@ $(ISAAC_STAMP): pyproject.toml constraints-isaaclab.txt
 	rm -rf $(ISAAC_VENV)
 	PY312=$$(tools/find-python312) && $$PY312 -m venv $(ISAAC_VENV)
 	$(ISAAC_PY) -m pip install --quiet --upgrade pip
-	$(ISAAC_PY) -m pip install --quiet --no-compile -c constraints-isaaclab.txt "isaaclab==3.0.0" -e ".[test]"
+	$(ISAAC_PY) -m pip install --quiet -c constraints-isaaclab.txt "isaaclab==3.0.0" -e ".[test]"
 	touch $@
 	@tools/lane-time end venv-isaaclab
 
@@ -72,8 +72,8 @@ $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
 	rm -rf $(MJLAB_VENV)
 	$(PYTHON) -m venv $(MJLAB_VENV)
 	$(MJLAB_PY) -m pip install --quiet --upgrade pip
-	$(MJLAB_PY) -m pip install --quiet --no-compile -c constraints-mjlab.txt torch
-	$(MJLAB_PY) -m pip install --quiet --no-compile -c constraints-mjlab.txt "mjlab==1.6.0" onnx onnxruntime -e ".[test]"
+	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt torch
+	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt "mjlab==1.6.0" onnx onnxruntime -e ".[test]"
 	touch $@
 	@tools/lane-time end venv-mjlab
 
@@ -85,8 +85,8 @@ $(LEROBOT_STAMP): pyproject.toml constraints-lerobot.txt
 	rm -rf $(LEROBOT_VENV)
 	$(PYTHON) -m venv $(LEROBOT_VENV)
 	$(LEROBOT_PY) -m pip install --quiet --upgrade pip
-	$(LEROBOT_PY) -m pip install --quiet --no-compile -c constraints-lerobot.txt torch torchvision
-	$(LEROBOT_PY) -m pip install --quiet --no-compile -c constraints-lerobot.txt "lerobot[pusht,aloha,metaworld]==0.4.4" -e ".[test]"
+	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt torch torchvision
+	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt "lerobot[pusht,aloha,metaworld]==0.4.4" -e ".[test]"
 	touch $@
 	@tools/lane-time end venv-lerobot
 
@@ -100,8 +100,8 @@ $(MANISKILL_STAMP): pyproject.toml constraints-maniskill.txt tools/install-vulka
 	rm -rf $(MANISKILL_VENV)
 	$(PYTHON) -m venv $(MANISKILL_VENV)
 	$(MANISKILL_PY) -m pip install --quiet --upgrade pip
-	$(MANISKILL_PY) -m pip install --quiet --no-compile -c constraints-maniskill.txt torch
-	$(MANISKILL_PY) -m pip install --quiet --no-compile -c constraints-maniskill.txt "mani-skill==3.0.1" -e ".[test]"
+	$(MANISKILL_PY) -m pip install --quiet -c constraints-maniskill.txt torch
+	$(MANISKILL_PY) -m pip install --quiet -c constraints-maniskill.txt "mani-skill==3.0.1" -e ".[test]"
 	touch $@
 	@tools/lane-time end venv-maniskill
 
@@ -114,8 +114,8 @@ $(DEMO_STAMP): pyproject.toml constraints-ci.txt
 	else \
 		$(PYTHON) -m venv $(VENV) && \
 		$(PY) -m pip install --quiet --upgrade pip && \
-		$(PY) -m pip install --quiet --no-compile -c constraints-ci.txt torch && \
-		$(PY) -m pip install --quiet --no-compile -c constraints-ci.txt -e . && \
+		$(PY) -m pip install --quiet -c constraints-ci.txt torch && \
+		$(PY) -m pip install --quiet -c constraints-ci.txt -e . && \
 		touch $@; \
 	fi
 
@@ -259,7 +259,7 @@ bench: $(STAMP)
 # EnvPool (the peer in rows (e)-(h)) is installed on first use only: it is no dependency of simeval.
 bench-native: $(STAMP)
 	$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('envpool') is None)" \
-		|| $(PY) -m pip install --quiet --no-compile -c constraints-ci.txt "envpool==1.2.5"
+		|| $(PY) -m pip install --quiet -c constraints-ci.txt "envpool==1.2.5"
 	$(PY) benchmarks/bench_native.py
 
 # Needs a CUDA GPU (exits 2 without one); `$(PY) benchmarks/bench_gpu.py --device cpu` is a smoke run on Warp's CPU.
