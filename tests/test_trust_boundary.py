@@ -193,6 +193,18 @@ def test_policy_kwargs_from_a_file_are_checked_before_anything_is_allocated(tmp_
     assert re.search(refusal, line), line
 
 
+def test_a_checkpoint_handing_the_lerobot_factory_an_unlisted_processor_step_is_refused_before_lerobot(tmp_path):
+    """The LeRobot factory is registered, so any checkpoint may name it: its steps are checked where it builds them,
+    not only by the LeRobot reader (here a simeval checkpoint, which that reader never sees)."""
+    (path,) = write_checkpoints(str(tmp_path / "ckpt"), steps=(500,))
+    step = {"registry_name": "tokenizer_processor", "config": {}}  # registered in LeRobot, not in simeval's STEPS
+    kwargs = {"config": {"type": "act"}, "preprocessor": [step], "postprocessor": []}
+    _rewrite(path, policy_factory="simeval.checkpoints.formats.lerobot:actor", policy_kwargs=kwargs)
+    line = _error_line(_run("simeval.launch", "--checkpoint", path, *SMALL, "--out", str(tmp_path / "out")),
+                       "simeval-launch")  # fmt: skip
+    assert "LeRobot processor step 'tokenizer_processor': simeval builds only rename_observations_processor" in line
+
+
 # -- 2. memory bombs: refused before the allocation -------------------------------------------------------------
 
 

@@ -81,7 +81,7 @@ class LeRobotPolicy(nn.Module):
 
 
 def _pipeline(steps: list, device: str, *, output: bool) -> Any:
-    """LeRobot's pipeline of ``steps`` (registry names, checked by the reader), on ``device``."""
+    """LeRobot's pipeline of ``steps`` on ``device`` (names checked against STEPS by the reader and ``actor``)."""
     from lerobot.processor import PolicyProcessorPipeline, ProcessorStepRegistry
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
 
