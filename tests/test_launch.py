@@ -387,3 +387,76 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_launcher_and_export_quietl
                               text=True, timeout=240, cwd=REPO)  # fmt: skip
         assert "Traceback" not in proc.stderr and "Broken" not in proc.stderr and "error" not in proc.stderr, cmd
         assert proc.returncode in (0, 141), (cmd, proc.returncode, proc.stderr)
+
+
+# -- the first hour (issue 45, item 8) -------------------------------------------------------------------------------
+
+
+def test_a_mistyped_flag_is_told_the_nearest_flag_and_not_about_init_fn():
+    """``--episode 4`` said "unrecognized arguments: --episode 4 (flags simeval does not know go to --init-fn; none
+    is set)": nothing about --episodes."""
+    from simeval.launch.cli import parse
+    from simeval.launch.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parse(["--checkpoint", "ckpt.pt", "--episode", "4"])
+    (line,) = str(info.value).splitlines()
+    assert "unrecognized arguments: --episode 4" in line and "did you mean --episodes?" in line, line
+    assert "--init-fn" not in line
+    with pytest.raises(ConfigError) as info:
+        parse(["--checkpoint", "ckpt.pt", "--headless"])
+    assert "did you mean" not in str(info.value) and "--init-fn" not in str(info.value)
+
+
+def _stop_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("stopped by signal"))
+
+
+def test_ctrl_c_before_any_result_names_no_results_file(tmp_path):
+    """Ctrl-C on a watch that had evaluated nothing said "results so far are in OUT/results.jsonl": no such file."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    out = tmp_path / "out"
+    proc = popen_cli("--watch", str(ckpt), "--out", str(out), "--poll-interval", "0.1")
+    try:
+        text = ""
+        deadline = time.time() + 60
+        while "waiting for checkpoints" not in text and time.time() < deadline:
+            text += proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    line = _stop_line(text + rest)
+    assert not (out / "results.jsonl").exists()
+    assert "results.jsonl" not in line and "no results written" in line, line
+
+
+def test_a_finished_checkpoint_run_again_into_its_out_says_so_and_again_evaluates_it_again(checkpoints, tmp_path):
+    """Running the same --checkpoint into the same --out evaluated it again, silently, and appended a second line."""
+    out = tmp_path / "out"
+    first = cli("--checkpoint", checkpoints[0], "--out", str(out), *SMALL)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = cli("--checkpoint", checkpoints[0], "--out", str(out), *SMALL)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(_records(out)) == 1, again.stdout[-2000:]
+    assert "already evaluated" in again.stdout and "--again" in again.stdout, again.stdout[-2000:]
+    assert "evaluating" not in again.stdout
+    forced = cli("--checkpoint", checkpoints[0], "--out", str(out), *SMALL, "--again")
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert [r["status"] for r in _records(out)] == ["ok", "ok"]
+    other = cli("--checkpoint", checkpoints[1], "--out", str(out), *SMALL)  # another checkpoint: evaluated
+    assert other.returncode == 0 and len(_records(out)) == 3, other.stderr[-2000:]
+
+
+def test_a_watch_with_checkpoints_left_never_says_it_waits(tmp_path):
+    """After each evaluation a --watch run said "waiting for checkpoints" while the next ones lay in the directory."""
+    ckpt = tmp_path / "ckpt"
+    write_checkpoints(str(ckpt), steps=(1000, 2000, 3000))
+    (ckpt / "DONE").write_text("")
+    proc = cli("--watch", str(ckpt), "--out", str(tmp_path / "out"), *SMALL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(_records(tmp_path / "out")) == 3
+    assert "waiting for checkpoints" not in proc.stdout, proc.stdout

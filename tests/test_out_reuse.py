@@ -71,8 +71,8 @@ def test_a_checkpoint_run_into_an_out_of_other_settings_is_refused_and_append_me
     assert "obs_norm true (now false)" in line
     assert (out / "results.jsonl").read_bytes() == before  # nothing was added by a refused run
 
-    # The same settings again: a line beside the first, as before.
-    assert cli("--checkpoint", one, "--episodes", "4", *SMALL, "--out", str(out)).returncode == 0
+    # The same settings again, with --again (without it the run says the checkpoint is there): a line beside the first.
+    assert cli("--checkpoint", one, "--episodes", "4", *SMALL, "--out", str(out), "--again").returncode == 0
     proc = cli("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out), "--append")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r["settings"]["episodes"] for r in read_records(out)] == [4, 4, 2]

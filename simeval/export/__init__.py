@@ -69,13 +69,21 @@ def default_out(checkpoint: str | os.PathLike, to: str) -> str:
     """``<checkpoint dir>/exported/<stem>.onnx|.pt``: beside the checkpoint, as Isaac Lab's play script does.
 
     A folder of its own keeps a ``.pt`` export from overwriting a ``.pt``
-    checkpoint of the same stem, and exports out of ``--watch``'s patterns.
+    checkpoint of the same stem, and exports out of ``--watch``'s patterns. A checkpoint inside the simeval
+    package (the shipped ones) is exported to ``./exported/`` instead: nothing is written into an installed package.
     """
     from simeval.export.writers import SUFFIXES
 
     checkpoint = os.path.abspath(os.fspath(checkpoint))
     stem = os.path.splitext(os.path.basename(checkpoint))[0]
-    return os.path.join(os.path.dirname(checkpoint), "exported", stem + SUFFIXES[to])
+    folder = os.getcwd() if _inside_package(checkpoint) else os.path.dirname(checkpoint)
+    return os.path.join(folder, "exported", stem + SUFFIXES[to])
+
+
+def _inside_package(path: str) -> bool:
+    """Whether ``path`` lies inside the simeval package's directory (links resolved)."""
+    package = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.commonpath([os.path.realpath(path), package]) == package
 
 
 def export_checkpoint(

@@ -23,7 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("checkpoint", help="any checkpoint simeval reads (simeval, rsl_rl, ...)")
     p.add_argument("--to", required=True, choices=TARGETS, help="onnx (input obs, output actions) or torchscript")
-    p.add_argument("--out", help="output file (default: <checkpoint dir>/exported/<stem>.onnx or .pt)")
+    p.add_argument(
+        "--out",
+        help="output file (default: <checkpoint dir>/exported/<stem>.onnx or .pt; ./exported/ for a checkpoint "
+        "inside the simeval package, the shipped ones)",
+    )
     p.add_argument("--env", help="the env the policy is built for (required when the checkpoint records none)")
     p.add_argument("--format", help="the checkpoint format, when detection by content is not wanted")
     p.add_argument(

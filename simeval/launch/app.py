@@ -16,7 +16,8 @@ Every input is checked before anything is created (the env, the watched
 directory, the suite, the checkpoint, the settings of the lines already in a
 reused ``--out``): ``OUT`` and the metrics logger's tree appear with the first
 write. A run into an ``--out`` whose lines were evaluated with other settings is
-refused in one line unless ``--append`` (:func:`check_reuse`). Known third-party
+refused in one line unless ``--append`` (:func:`check_reuse`); a ``--checkpoint`` whose result it already
+holds, with these settings, is not evaluated again unless ``--again`` (:func:`evaluated_before`). Known third-party
 noise (Ray's start-up lines) is hidden unless ``--verbose`` (:func:`third_party_output`).
 """
 
@@ -81,6 +82,14 @@ def _run(parsed: Parsed, out: str) -> int:
             ck = remote_checkpoint(cfg)
         if not cfg.append:
             check_reuse(parsed, log, suite, ck)
+        before = evaluated_before(parsed, log, ck) if suite is None and not parsed.again else None
+        if before is not None:
+            print(
+                f"{ck.path} (step {before.get('step')}) is already evaluated in {log.path} with these settings: "
+                "nothing to do; add --again to evaluate it again (its line is appended).",
+                flush=True,
+            )
+            return 0
     if cfg.backend == "ray":  # the one capacity check: before any worker is asked for
         check_capacity(ensure_ray(), cfg.workers, cfg.num_gpus, {"num_cpus": cfg.num_cpus})
         install_stop_handlers(stop)  # ray.init installs its own SIGTERM handler: ours comes last
@@ -171,6 +180,26 @@ def check_reuse(parsed: Parsed, log: ResultsLog, suite: Suite | None, ck: Checkp
     found = other_settings(log.records(), now_of)
     if found:
         raise ConfigError(reuse_refusal(log.out_dir, found))
+
+
+def evaluated_before(parsed: Parsed, log: ResultsLog, ck: Checkpoint | None) -> dict[str, Any] | None:
+    """The newest ok line of a plain run in ``log`` about ``ck``'s file (its SHA-256) with this run's settings.
+
+    None for a run that is not ``--checkpoint``'s, a checkpoint without a digest, or one not evaluated so.
+    """
+    cfg = parsed.cfg
+    if cfg.source != "checkpoint" or ck is None or not ck.sha256:
+        return None
+    now = {**run_settings(cfg), "suite": None, "adaptive": None}
+    env = _env_of(cfg, parsed.explicit, ck)
+    if env is not None:
+        now["env"] = env
+    for record in reversed(list(log.records())):
+        if record.get("checkpoint_sha256") != ck.sha256 or "task" in record or "look" in record:
+            continue
+        if record.get("status") == "ok" and not other_settings([record], lambda _: now):
+            return record
+    return None
 
 
 def _env_of(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None) -> str | None:

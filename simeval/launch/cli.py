@@ -2,13 +2,14 @@
 
 Flags simeval does not know are kept for ``--init-fn`` (Isaac Lab's
 AppLauncher adds ``--headless``, ``--livestream``, ...); without an init hook
-they are an error.
+they are an error, which names the nearest flag simeval knows.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import typing
 from dataclasses import dataclass
@@ -55,8 +56,24 @@ def build_parser() -> argparse.ArgumentParser:
             )
         else:
             p.add_argument(flag, dest=name, type=kind, metavar=meta.get("metavar", name.upper()), help=help_text)
+    p.add_argument(
+        "--again",
+        action="store_true",
+        help="--checkpoint: evaluate it again although --out holds its result with these settings (a line is appended)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
+
+
+def unrecognized(extra: list[str], parser: argparse.ArgumentParser) -> str:
+    """The error for flags no parser knows: ``unrecognized arguments: ...; did you mean --episodes?``."""
+    flags = [s for s in parser._option_string_actions if s.startswith("--")]
+    nearest = []
+    for arg in extra:
+        if arg.startswith("--"):
+            nearest += difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.75)
+    guess = f"; did you mean {' or '.join(dict.fromkeys(nearest))}?" if nearest else ""
+    return f"unrecognized arguments: {' '.join(extra)}{guess} (see --help)."
 
 
 @dataclass
@@ -67,13 +84,16 @@ class Parsed:
     extra: list[str]  # flags for the init hook
     explicit: set[str]  # fields set by the profile or a flag (not defaults)
     config_path: str | None
+    again: bool = False  # --again: evaluate a --checkpoint whose result --out holds
 
 
 def parse(argv: list[str]) -> Parsed:
     """Config from YAML then flags."""
-    ns, extra = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    ns, extra = parser.parse_known_args(argv)
     given = vars(ns)
     given.pop("debug", None)
+    again = bool(given.pop("again", False))
     settings: dict[str, Any] = {}
     config_path = given.pop("config", None)
     if config_path:
@@ -81,7 +101,5 @@ def parse(argv: list[str]) -> Parsed:
     settings.update(from_mapping(given, "command line", typed=True))
     cfg = resolve(settings)
     if extra and not cfg.init_fn:
-        raise ConfigError(
-            f"unrecognized arguments: {' '.join(extra)} (flags simeval does not know go to --init-fn; none is set)."
-        )
-    return Parsed(cfg, extra, set(settings), config_path)
+        raise ConfigError(unrecognized(extra, parser))
+    return Parsed(cfg, extra, set(settings), config_path, again)

@@ -27,6 +27,7 @@ ends.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,6 +99,7 @@ class Pipeline:
         self.running: dict[int, Job] = {}
         self.held: list[dict] = []  # recorded, not yet given to the logger
         self.closed = False  # --until-step reached: take no more checkpoints
+        self.starved = False  # the source had no checkpoint at its last look: the run waits for one
         self.summary = RunSummary()  # printed when the run ends
         self.board = ProgressBoard(run_total=None)  # each running evaluation's progress; the run's wait
 
@@ -119,7 +121,7 @@ class Pipeline:
                 if self._collect():
                     next_scan = 0.0  # a slot is free: look for the next checkpoint at once
                 self._publish()
-                if not self.running and not self.jobs and not self.closed and not source.done and self.cfg.watch:
+                if self.starved and not (self.running or self.jobs or self.closed or source.done) and self.cfg.watch:
                     self.board.waiting(self.cfg.watch, len(getattr(source, "seen", ())))
                 if not self.running and not self.jobs and (self.closed or source.done):
                     if self.closed:
@@ -129,7 +131,8 @@ class Pipeline:
                 wait = _TICK_S if self.running or self.jobs or not next_scan else next_scan - time.monotonic()
                 stop.wait(max(0.01, wait))
             where = f"{len(self.running)} running {self.spec.noun} abandoned, " if self.running else ""
-            print(f"stopped by signal; {where}nothing partial written; results so far are in {self.log.path}")
+            saved = f"results so far are in {self.log.path}" if os.path.exists(self.log.path) else "no results written"
+            print(f"stopped by signal; {where}nothing partial written; {saved}")
             print(self.summary.render(retry=self.spec.keep_going), flush=True)
             return 0
         finally:
@@ -148,6 +151,7 @@ class Pipeline:
         until = self.cfg.until_step
         while self.spec.backlog or len(self.jobs) < len(self._idle()):
             ck = source.take()
+            self.starved = ck is None
             if ck is None:
                 self.closed = self.spec.closing  # a resume past --until-step: nothing is left below it now
                 return
