@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints import formats
+from simeval.checkpoints.bounds import stored_bytes
 from simeval.refs import canonical_ref, resolve_callable
 
 if TYPE_CHECKING:
@@ -154,9 +155,10 @@ def weights_bound(weights: Any) -> int:
 
     The policy loads these weights, so a genuine one holds about as many; the
     margin covers buffers a checkpoint does not store (action bounds, scales).
+    Their bytes are those of their storages, each counted once: a thousand views
+    of one storage (tied weights) hold what the file holds, not a thousand times it.
     """
-    total = sum(v.numel() * v.element_size() for v in weights.values(True, True))
-    return 2 * total + (16 << 20)
+    return 2 * stored_bytes(weights.values(True, True)) + (16 << 20)
 
 
 class PolicyTooLarge(ValueError):

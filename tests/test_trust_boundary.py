@@ -234,6 +234,35 @@ def test_weights_handed_to_an_evaluator_must_be_real_tensors(tmp_path):
     assert "overlapping" in not_compact(torch.randn(16).as_strided((3, 3), (1, 1)))
 
 
+def _tied(directory, views: int, hidden: list[int]) -> str:
+    """A checkpoint whose policy is ``views`` views of one 4 MiB storage, for an MLP of ``hidden`` units."""
+    (path,) = write_checkpoints(str(directory), steps=(500,))
+    base = torch.zeros(1 << 20)
+    policy = {f"v{i}": base.view(1024, 1024) for i in range(views)}
+    return _rewrite(path, policy=policy, policy_factory="simeval.policies:mlp_policy", policy_kwargs={"hidden": hidden})
+
+
+def test_a_thousand_views_of_one_storage_are_refused_before_any_copy(tmp_path):
+    """4 MiB on disk standing for 4 GiB of weights: every copy of them (the evaluator's snapshot) would cost 4 GiB."""
+    path = _tied(tmp_path / "ckpt", 1000, [27000, 27000])
+    assert os.path.getsize(path) < 5 << 20
+    line = _error_line(_run("simeval.launch", "--checkpoint", path, *SMALL, "--out", str(tmp_path / "out")),
+                       "simeval-launch")  # fmt: skip
+    assert f"{path}: its 1004 tensors view 3.9 GiB of storages holding 4.0 MiB" in line, line
+    assert "refused before any copy" in line
+
+
+def test_views_of_one_storage_count_once_towards_the_policy_budget(tmp_path):
+    """Six views of one 4 MiB storage are 4 MiB of weights: the build may allocate 2 x 4 MiB + 16 MiB, not 64 MiB."""
+    from simeval.factories import weights_bound
+
+    path = _tied(tmp_path / "ckpt", 6, [3000, 3000])  # 36 MiB of parameters
+    line = _error_line(_run("simeval.launch", "--checkpoint", path, *SMALL, "--out", str(tmp_path / "out")),
+                       "simeval-launch")  # fmt: skip
+    assert "make simeval.policies:mlp_policy allocate over 24 MiB, far more than the checkpoint's weights" in line
+    assert weights_bound(load_checkpoint(path).policy) == 24 << 20
+
+
 def _torch_zip_recompressed(obj) -> bytes:
     """``obj`` saved by torch, its members re-deflated (torch writes them stored)."""
     buf = io.BytesIO()

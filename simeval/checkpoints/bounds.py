@@ -13,7 +13,10 @@ so that no file, however it was made, makes simeval allocate without bound:
   times (a zip bomb), is refused;
 - every tensor loaded must be compact: its logical size within its storage, no
   zero or overlapping strides (an expanded 1-element tensor would otherwise be
-  copied to gigabytes), so copies of the weights cost what the file holds.
+  copied to gigabytes), and all of them together may view at most twice the
+  bytes their storages hold, plus 16 MiB (a thousand views of one storage
+  would otherwise be copied a thousand times), so copies of the weights cost
+  about what the file holds.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import io
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from simeval.checkpoints.base import CheckpointError
@@ -34,6 +37,7 @@ MAX_PROTOBUF_BYTES = 2 << 30  # protobuf's limit on one message (an ONNX model)
 MAX_RATIO = 100  # uncompressed / compressed size of one zip member; weights compress about 1.1x, JSON about 10x
 _RATIO_FROM = 16 << 20  # members smaller than this may compress as much as they like
 _MAX_MEMBERS = 100_000
+MAX_TIED_MARGIN = 16 << 20  # views of shared storages may stand for twice the storages' bytes, plus this
 _MAX_DEPTH = 32  # nesting of dicts and lists walked to find the tensors of a loaded file
 
 
@@ -129,16 +133,37 @@ def check_zip(path: str, source: IO[bytes] | bytes, max_bytes: int) -> bool:
 
 def check_tensors(path: str, data: Any) -> None:
     """Refuse tensors in ``data`` (a torch load: dicts, lists, tuples) that are not compact: a logical size
-    beyond their storage, zero or overlapping strides. Tied weights (tensors sharing one storage) are fine."""
+    beyond their storage, zero or overlapping strides; or views of shared storages that stand for more than
+    twice what the storages hold, plus 16 MiB (a copy of each view would cost that). Tied weights (a few
+    tensors sharing one storage) are fine."""
     from simeval.weights import not_compact
 
-    for name, tensor in _tensors(data, "", 0):
+    tensors = list(_tensors(data, "", 0))
+    for name, tensor in tensors:
         problem = not_compact(tensor)
         if problem:
             raise CheckpointError(
                 f"{path}: tensor {name or '<root>'!r:.80} of shape {tuple(tensor.shape)} {problem}: "
                 "a file torch.save writes from weights has none (refused before any copy)."
             )
+    stored = stored_bytes(t for _, t in tensors)
+    viewed = sum(t.numel() * t.element_size() for _, t in tensors)
+    if viewed > 2 * stored + MAX_TIED_MARGIN:
+        raise CheckpointError(
+            f"{path}: its {len(tensors)} tensors view {describe(viewed)} of storages holding {describe(stored)} "
+            "(one storage viewed over and over): each copy would cost the views' size; tied weights share a "
+            "storage a few times, not this often (refused before any copy)."
+        )
+
+
+def stored_bytes(tensors: Iterable[Any]) -> int:
+    """The bytes the storages under ``tensors`` hold, each storage counted once, however many views share it."""
+    storages: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
+        storages[key] = max(storages.get(key, 0), storage.nbytes())
+    return sum(storages.values())
 
 
 def _tensors(data: Any, name: str, depth: int) -> Iterator[tuple[str, Any]]:
