@@ -24,6 +24,9 @@ MANISKILL_STAMP := $(MANISKILL_VENV)/.simeval-installed
 LEROBOT_VENV  ?= .venv-lerobot
 LEROBOT_PY    := $(LEROBOT_VENV)/bin/python
 LEROBOT_STAMP := $(LEROBOT_VENV)/.simeval-installed
+# What a user's `pip install -e .` gets (make demo's install: no extras): its own venv (make test-core-install).
+CORE_VENV  ?= .venv-core
+CORE_STAMP := $(CORE_VENV)/.simeval-installed
 
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0
 export RAY_USAGE_STATS_ENABLED = 0
@@ -38,7 +41,7 @@ $(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
 endif
 PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
-.PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-sims test-isaaclab test-mjlab test-maniskill test-lerobot isaaclab mjlab maniskill lerobot lint docs bench bench-native bench-isaaclab clean
+.PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-core-install test-sims test-isaaclab test-mjlab test-maniskill test-lerobot isaaclab mjlab maniskill lerobot lint docs bench bench-native bench-isaaclab clean
 
 # pip byte-compiles every file it installs (about 30 s a venv on 2 CPUs); --no-compile would save that, but where
 # PYTHONDONTWRITEBYTECODE is set (this machine's environment) every process then compiles torch from source again.
@@ -135,6 +138,8 @@ LONG_TESTS := tests/test_fuzz.py tests/test_faults.py tests/test_soak.py tests/t
 	tests/test_serve_pixels.py
 # Every Python block and launcher command of README.md and docs/*.md (Sybil; docs/development.md, "The documentation").
 DOCS_TESTS := tests/test_docs_snippets.py
+# The core-only install's commands, with .venv-core's Python (make test-core-install).
+CORE_INSTALL_TESTS := tests/test_core_install.py
 
 test: $(STAMP)
 	$(MAKE) -j2 test-core-main test-lane-two
@@ -160,7 +165,7 @@ test-core: test-core-main test-core-docker test-core-long
 
 test-core-main: $(STAMP) lint
 	tools/lane-time run core env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=15 --ignore=$(DOCKER_TESTS) \
-		$(addprefix --ignore=,$(LONG_TESTS)) --ignore=$(DOCS_TESTS)
+		$(addprefix --ignore=,$(LONG_TESTS)) --ignore=$(DOCS_TESTS) --ignore=$(CORE_INSTALL_TESTS)
 
 test-core-docker: $(STAMP)
 	tools/lane-time run docker env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(DOCKER_TESTS)
@@ -171,6 +176,20 @@ test-docs-snippets: $(STAMP)
 
 test-core-long: $(STAMP)
 	tools/lane-time run core-long env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(LONG_TESTS)
+
+# The install a user gets on a fresh clone (make demo's: simeval without extras, a CPU torch), in .venv-core; the
+# test runs in .venv and gives every command to .venv-core's Python: the launcher on a terminal (its live bar), the
+# report, export, and the one-line messages of the features that need an extra.
+$(CORE_STAMP): pyproject.toml constraints-ci.txt
+	rm -rf $(CORE_VENV)
+	$(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CORE_VENV)/bin/python -m pip install --quiet -c constraints-ci.txt torch
+	$(CORE_VENV)/bin/python -m pip install --quiet -c constraints-ci.txt -e .
+	touch $@
+
+test-core-install: $(CORE_STAMP) $(STAMP)
+	tools/lane-time run core-install env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(CORE_INSTALL_TESTS)
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
@@ -246,6 +265,7 @@ lint: $(STAMP)
 	$(PY) tools/check_launcher_imports.py
 	$(PY) tools/check_imports_at_top.py
 	$(PY) tools/check_simulator_names.py
+	$(PY) tools/check_declared_imports.py
 	$(VENV)/bin/shellcheck --external-sources $(SHELL_SCRIPTS)
 	@tools/lane-time end lint
 
@@ -277,4 +297,4 @@ gpu-check: $(STAMP) $(ISAAC_STAMP)
 	$(PY) benchmarks/gpu_figures.py
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) $(MANISKILL_VENV) $(LEROBOT_VENV) .pytest_cache docs/_build docs/_generated .mutation
+	rm -rf $(VENV) $(ISAAC_VENV) $(MJLAB_VENV) $(MANISKILL_VENV) $(LEROBOT_VENV) $(CORE_VENV) .pytest_cache docs/_build docs/_generated .mutation

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from simeval.containers.plan import ContainerError, ContainerSpec, PolicyPair
+from simeval.extras import require_extra
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -34,12 +35,9 @@ READY = re.compile(rb"^serving .* \((?P<env>[^(),\s]+), step -?\d+\) on ws://\S+
 
 
 def _client() -> DockerClient:
-    try:
-        import docker
-    except ImportError:
-        raise ContainerError(
-            "--launcher docker needs the Docker SDK for Python: pip install 'simeval[docker]'."
-        ) from None
+    require_extra(("docker", "requests", "urllib3"), "docker", "--launcher docker")
+    import docker
+
     try:
         client = docker.from_env()
         client.ping()

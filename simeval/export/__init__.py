@@ -24,6 +24,7 @@ from simeval.checkpoint_policy import CheckpointPolicy, build_checkpoint_policy,
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.formats import onnx as onnx_format
 from simeval.envs import check_env
+from simeval.extras import require_extra
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from simeval.export.actor import Exported
 
 TARGETS = ("onnx", "torchscript")
+ONNX_MODULES = ("onnx", "onnxruntime", "onnxscript")  # torch.onnx's exporter, the checker, the export check's runner
 TOLERANCE = 1e-4  # the export check: max |written - policy| <= TOLERANCE * max(1, max |action|)
 
 
@@ -101,6 +103,8 @@ def export_checkpoint(
     """
     if to not in TARGETS:
         raise CheckpointError(f"unknown export target {to!r}: choose onnx or torchscript.")
+    if to == "onnx":
+        require_extra(ONNX_MODULES, "onnx", "--to onnx")
     path = os.fspath(checkpoint)
     ck = load_checkpoint(path, format)
     if ck.meta.get("format") == "onnx":

@@ -32,6 +32,7 @@ from simeval.checkpoint_policy import CheckpointPolicy, build_checkpoint_policy
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
 from simeval.command_line import OneLineParser, error_line, run_command
+from simeval.extras import require_extra
 from simeval.policy_kinds.remote import CAMERA_KEY, DEFAULT_KEYS, image_keys
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
 from simeval.serve_policy.batching import BatchingServer, Field
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve as the command line ``argv`` (default: ``sys.argv[1:]``) says, until SIGINT or SIGTERM."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        require_extra(("websockets", "msgpack"), "remote", "python -m simeval.serve_policy")
         args = build_parser().parse_args(argv)
         token = args.token or os.environ.get(TOKEN_ENV) or None
         if args.host not in LOOPBACK and not token:
