@@ -1,10 +1,14 @@
-"""Entry point of a process-backend worker: ``python -m simeval.backends.child FD``.
+"""Entry point of a process-backend worker: :func:`main`, called by the bootstrap ``python -c CODE FD PATH...``.
 
-Started with subprocess rather than multiprocessing's spawn, because spawn
-re-imports the user's ``__main__`` script in the child before anything else
-runs, and a training script imports torch at its top: ``init_fn`` (Isaac
-Lab's AppLauncher) must run before that. :class:`~simeval.backends.host.WorkerHost`
-does the start-up in that order; this module only speaks the socket protocol:
+The bootstrap (:mod:`simeval.backends.bootstrap`) sets ``sys.path`` to the parent's before this module
+is imported: never ``python -m simeval.backends.child``, which would put the working directory (a run
+directory, with whatever files lie in it) first on ``sys.path`` for every import below.
+
+Started with subprocess rather than multiprocessing's spawn, because spawn re-imports the user's
+``__main__`` script in the child before anything else runs, and a training script imports torch at
+its top: ``init_fn`` (Isaac Lab's AppLauncher) must run before that.
+:class:`~simeval.backends.host.WorkerHost` does the start-up in that order; this module only speaks
+the socket protocol:
 
 parent -> child: ``("init", setup)``, then ``("eval", step, weights, overrides)`` or ``("close",)``
 child -> parent: ``("ready",)`` or ``("fatal", message, traceback)``, then one reply per eval, preceded
@@ -81,7 +85,3 @@ def main() -> None:
         serve(conn)
     finally:
         conn.close()
-
-
-if __name__ == "__main__":
-    main()

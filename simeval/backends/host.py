@@ -5,7 +5,8 @@ The parent packs a :class:`~simeval.backends.base.WorkerRecipe` with
 ``module:function`` string or pickled bytes). In the worker process,
 :class:`WorkerHost` does the steps in an order Isaac Lab needs:
 
-1. sys.path and cwd like the parent's, 2. run ``init_fn`` (e.g. AppLauncher),
+1. sys.path and cwd like the parent's (multiprocessing's resource tracker started first, never from
+the working directory: :mod:`~simeval.backends.bootstrap`), 2. run ``init_fn`` (e.g. AppLauncher),
 3. only then unpickle the factories (unpickling may import torch), 4. build
 the env and policy. A failure in any step is kept as the host's ``fatal``
 error: the process is of no further use and is replaced. Each round's reply
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simeval.backends.base import WorkerRecipe
+from simeval.backends.bootstrap import start_resource_tracker
 from simeval.refs import resolve_callable
 
 
@@ -70,6 +72,7 @@ class WorkerHost:
     def start(self) -> bool:
         """Run init_fn, unpickle the factories, build env and policy; False (and ``fatal``) on failure."""
         setup = self.setup
+        start_resource_tracker()  # before a multiprocessing lock (torchrl's VecNorm) starts one from the cwd
         for entry in setup.get("sys_path", []):
             if entry not in sys.path:
                 sys.path.append(entry)

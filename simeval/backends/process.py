@@ -1,8 +1,10 @@
 """Process backend: a child Python process with its own CUDA context.
 
 The child is started with ``subprocess`` (see ``child.py`` for why not
-multiprocessing's spawn) and talks over a socketpair. Weights go through
-shared memory written in place (``shm.py``); torchrl's weight-sync schemes
+multiprocessing's spawn), through a bootstrap that sets its ``sys.path`` to the
+parent's before it imports anything (``bootstrap.py``: never the working
+directory, which may be a run directory of someone else's), and talks over a
+socketpair. Weights go through shared memory written in place (``shm.py``); torchrl's weight-sync schemes
 are not used here because they need multiprocessing-spawned children, whose
 start-up re-imports ``__main__`` before ``init_fn`` can run.
 """
@@ -13,7 +15,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -21,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete
+from simeval.backends.bootstrap import child_command
 from simeval.backends.host import make_setup
 from simeval.backends.shm import SharedStaging
 from simeval.errors import EvalError, WorkerLost
@@ -38,8 +40,8 @@ class _Child:
     def __init__(self, setup: dict, env: Mapping[str, str], start_timeout: float) -> None:
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
-        self.proc = subprocess.Popen(  # noqa: S603 - this interpreter and simeval's own module, no shell
-            [sys.executable, "-m", "simeval.backends.child", str(fd)], pass_fds=(fd,), env=dict(env)
+        self.proc = subprocess.Popen(  # noqa: S603 - this interpreter and simeval's own bootstrap, no shell
+            child_command(fd, setup["sys_path"]), pass_fds=(fd,), env=dict(env)
         )
         child_sock.close()
         self.conn = Connection(parent_sock.detach())

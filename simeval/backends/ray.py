@@ -345,9 +345,9 @@ class RayBackend(Backend):
     def _start_sink(self) -> None:
         """Start the progress sink (once): a small actor, no CPU asked, that the workers' counts go to."""
         if self._sink is None:
-            from simeval.backends.ray_actor import ProgressSink
+            from simeval.backends.ray_actor import ProgressSink, remote
 
-            self._sink = self._ray.remote(num_cpus=0)(ProgressSink).remote()
+            self._sink = remote(self._ray, ProgressSink, num_cpus=0).remote()
 
     def progress(self) -> tuple[int, int, int] | None:
         """The running round's counts, summed over its workers as they last sent them to the sink.

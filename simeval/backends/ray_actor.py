@@ -1,15 +1,34 @@
-"""The Ray actor class. No torch at module level: ``init_fn`` runs first in the actor."""
+"""The Ray actor classes, sent to the workers by value: they import simeval only once the path is safe.
+
+Ray puts the driver's working directory (and its script's) first on every worker's ``sys.path`` before
+the worker loads an actor class, so a class sent by reference (``simeval.backends.ray_actor``) would be
+imported through it: a ``simeval/`` or stdlib-named module lying in the directory the launcher was
+started from would run in the worker. :func:`remote` registers this module with Ray's cloudpickle to
+be pickled by value; it imports nothing of simeval at module level, and :class:`EvalActor` takes the
+driver's directory off the path (unless the driver's own ``sys.path`` has it) before it imports
+:class:`~simeval.backends.host.WorkerHost`. No torch at module level either: ``init_fn`` runs first.
+"""
 
 from __future__ import annotations
 
-import os
-import socket
+import sys
 from typing import Any
-
-from simeval.backends.host import Reporting, WorkerHost
 
 PROGRESS_S = 0.5
 """How often a running round's counts are sent to the backend's :class:`ProgressSink`, at most."""
+
+
+def remote(ray: Any, cls: type, **options: Any) -> Any:
+    """``ray.remote(**options)(cls)`` for a class of this module, pickled by value."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray.remote(**options)(cls)
+
+
+def drop_driver_directory(setup: dict) -> None:
+    """Take the driver's working directory (``setup["cwd"]``) off ``sys.path``, unless the driver's path has it."""
+    cwd = setup.get("cwd")
+    if cwd and cwd not in setup.get("sys_path", ()):
+        sys.path[:] = [entry for entry in sys.path if entry != cwd]
 
 
 class ProgressSink:
@@ -29,13 +48,16 @@ class ProgressSink:
 
 
 class EvalActor:
-    """A :class:`WorkerHost` in a Ray actor; a start-up failure comes back from the first ``run``.
+    """A :class:`~simeval.backends.host.WorkerHost` in a Ray actor; a start-up failure comes back from the first run.
 
     Catching it here (instead of failing the constructor) returns the user's
     full traceback rather than Ray's terse actor-creation error.
     """
 
     def __init__(self, setup: dict) -> None:
+        drop_driver_directory(setup)
+        from simeval.backends.host import WorkerHost
+
         self.info = setup.get("info", {})
         self.host = WorkerHost(setup)
         self.host.start()
@@ -46,6 +68,9 @@ class EvalActor:
 
     def where(self) -> dict:
         """The Ray node, host and process this worker runs in (reported with each result)."""
+        import os
+        import socket
+
         import ray
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
@@ -59,6 +84,8 @@ class EvalActor:
         if progress is None:
             outcome = self.host.run(step, weights, overrides, shard)
         else:
+            from simeval.backends.host import Reporting
+
             sink, key = progress
             with Reporting(self.host, lambda msg: sink.put.remote(key, msg[1]), PROGRESS_S):
                 outcome = self.host.run(step, weights, overrides, shard)

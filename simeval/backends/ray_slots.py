@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from simeval.backends.ray_actor import EvalActor
+from simeval.backends.ray_actor import EvalActor, remote
 
 NAMESPACE = "simeval"
 # Set on an autoscaling cluster, where GPUs not yet in the cluster will be added on demand.
@@ -161,7 +161,7 @@ class Slots:
             options.setdefault("lifetime", "detached")
         # Workers go to different nodes where they can: one lost node then costs the fewest of them.
         kwargs.setdefault("scheduling_strategy", "SPREAD")
-        cls = self.ray.remote(num_gpus=self.num_gpus, **kwargs)(EvalActor)
+        cls = remote(self.ray, EvalActor, num_gpus=self.num_gpus, **kwargs)
         slot.actor = cls.options(**options).remote(slot.setup)
         slot.created, slot.where = time.monotonic(), {}
         slot.probe = slot.actor.where.remote()

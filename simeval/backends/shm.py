@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any
 
+from simeval.backends.bootstrap import start_resource_tracker
+
 if TYPE_CHECKING:
     from tensordict import TensorDict, TensorDictBase
 
@@ -67,6 +69,7 @@ class SharedStaging:
                 block = None
                 if model_id in self._blocks:
                     self._release(model_id)
+                start_resource_tracker()  # never multiprocessing's, which imports from the working directory
                 shm = shared_memory.SharedMemory(create=True, size=size)
                 block = (shm, entries, views(shm.buf, entries))
                 self._blocks[model_id] = block
@@ -99,6 +102,7 @@ class SharedReader:
         try:
             return shared_memory.SharedMemory(name=name, track=False)  # Python >= 3.13
         except TypeError:
+            start_resource_tracker()  # attaching registers the block with this process's tracker
             shm = shared_memory.SharedMemory(name=name)
             # The parent owns the block: the child's tracker must not unlink it at exit.
             from multiprocessing import resource_tracker

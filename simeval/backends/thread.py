@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.backends.base import Backend, BackendOptions, WorkerRecipe, cancelled, complete, is_env_instance
+from simeval.backends.bootstrap import start_resource_tracker
 from simeval.errors import Cancelled, EvalError
 from simeval.settings import RoundOverrides
 from simeval.weights import LocalStaging
@@ -54,7 +55,12 @@ class ThreadBackend(Backend):
 
     @classmethod
     def create(cls, recipe: WorkerRecipe, options: BackendOptions) -> ThreadBackend:
-        """A worker for ``recipe`` on a thread of this process (env and policy as given, or built by the factories)."""
+        """A worker for ``recipe`` on a thread of this process (env and policy as given, or built by the factories).
+
+        multiprocessing's resource tracker is started here (:func:`~simeval.backends.bootstrap.start_resource_tracker`),
+        before the worker's env makes a lock (torchrl's VecNorm) that would start it from the working directory.
+        """
+        start_resource_tracker()
         env, policy = recipe.env, recipe.policy
         if is_env_instance(env) or policy is not None:
             if not is_env_instance(env) and callable(env):

@@ -5,7 +5,8 @@ files the evaluation reads, at their own paths, ``--out``, GPUs, environment,
 network); :mod:`~simeval.containers.engine` runs it through the Docker SDK. The
 launcher hands it its parsed settings (:class:`~simeval.containers.plan.LaunchSettings`)
 and its command line; this package never imports the launcher: inside the
-container, ``python -m simeval.launch`` runs the same command without the
+container, the image's entrypoint (``simeval-launch`` in simeval's images: never ``python -m``, which
+would put the working directory first on ``sys.path``) runs the same command without the
 container flags. ``--policy-image`` runs two containers: the checkpoint's policy server
 (``python -m simeval.serve_policy``) and the launcher, with ``--policy-server``, in its network
 namespace.

@@ -6,8 +6,8 @@ This module plans the container (plain data, no engine); :mod:`simeval.container
 runs it. It reads the launcher's settings through :class:`LaunchSettings` (the
 fields it needs, declared here) and never imports the launcher. The host checks
 the arguments first (the same one-line errors as a local run), then starts
-``python -m simeval.launch`` inside IMAGE through the Docker SDK for Python with
-the other arguments. ``--gpus`` names host GPUs (``1``, ``0,2``, a UUID,
+the launcher (IMAGE's entrypoint: ``simeval-launch`` in simeval's images) through the Docker SDK
+for Python with the other arguments. ``--gpus`` names host GPUs (``1``, ``0,2``, a UUID,
 or ``all``); only those are requested, so evaluation never lands on the training GPU,
 and inside they are ``cuda:0``, ``cuda:1``, ... Logs stream to this terminal; SIGTERM
 or Ctrl-C stops the container (the launcher inside abandons its round, nothing
