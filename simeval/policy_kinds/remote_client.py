@@ -24,6 +24,8 @@ from tensordict.nn import TensorDictModuleBase
 
 from simeval.policy_kinds.wire import TOKEN_ENV, WireError, packb, unpackb
 
+MAX_CHUNK = 4096  # actions in one reply: openpi's policies send tens
+
 
 class RemotePolicyError(RuntimeError):
     """A policy server that cannot be reached, stops answering, or answers what cannot be played."""
@@ -66,17 +68,11 @@ class RemoteClientPolicy(TensorDictModuleBase):
         self.in_keys, self.out_keys = [state_key, *self.images], ["action"]
         self.url, self.obs_dim, self.act_dim = url, obs_dim, act_dim
         self.keys, self.timeout_s, self.max_message_bytes = keys, float(timeout_s), int(max_message_bytes)
+        if chunk is not None and not 1 <= chunk <= MAX_CHUNK:
+            raise ValueError(f"a remote policy's chunk must be in 1..{MAX_CHUNK}, got {chunk}.")
         self._ws: Any = None
+        self._chunk = chunk
         self.metadata = self._connect()
-        declared = self.metadata.get("action_chunk")
-        self.chunk = int(chunk if chunk is not None else declared if isinstance(declared, int) else 1)
-        for name, mine in (("obs_dim", obs_dim), ("action_dim", act_dim)):
-            theirs = self.metadata.get(name)
-            if isinstance(theirs, int) and theirs != mine:
-                self.close()
-                raise RemotePolicyError(
-                    f"the policy server at {url} serves {name} {theirs}, but the env's is {mine}: another task?"
-                )
 
     # -- connection ------------------------------------------------------
     def _connect(self) -> dict:
@@ -106,10 +102,46 @@ class RemoteClientPolicy(TensorDictModuleBase):
         self._ws = ws
         try:
             metadata = self._decode(self._recv(time.monotonic() + self.timeout_s), "its metadata")
+            chunk = self._check_metadata(metadata)
+            if chunk != getattr(self, "chunk", chunk):
+                raise RemotePolicyError(
+                    f"the policy server at {self.url} now declares action_chunk {chunk}, {self.chunk} before."
+                )
+            self.chunk = chunk
         except RemotePolicyError:
             self.close()
             raise
         return metadata
+
+    def _check_metadata(self, metadata: dict) -> int:
+        """The chunk length: ``chunk`` if given, else the metadata's ``action_chunk`` (default 1); the sizes the
+        metadata declares must be the env's. RemotePolicyError naming the field otherwise; other fields are not read."""
+        declared = self._declared(metadata, "action_chunk", MAX_CHUNK)
+        for name, mine in (("obs_dim", self.obs_dim), ("action_dim", self.act_dim)):
+            theirs = self._declared(metadata, name, 2**31 - 1)
+            if theirs is not None and theirs != mine:
+                raise RemotePolicyError(
+                    f"the policy server at {self.url} serves {name} {theirs}, but the env's is {mine}: another task?"
+                )
+        chunk = self._chunk if self._chunk is not None else declared or 1
+        if chunk * self.act_dim * 4 > self.max_message_bytes:
+            raise RemotePolicyError(
+                f"the policy server at {self.url}: action_chunk {chunk} means replies of {chunk} x {self.act_dim} "
+                f"float32, over {self.max_message_bytes} bytes (--policy-server-max-message)."
+            )
+        return chunk
+
+    def _declared(self, metadata: dict, name: str, most: int) -> int | None:
+        """The integer ``metadata[name]`` (None where absent); RemotePolicyError for another value."""
+        value = metadata.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+            raise RemotePolicyError(
+                f"the policy server at {self.url} declares {name} {value!r:.40}: an integer in 1..{most} expected "
+                "(its metadata)."
+            )
+        return value
 
     def close(self) -> None:
         """Close the connection (the next call opens a new one)."""
@@ -221,7 +253,8 @@ class RemoteClientPolicy(TensorDictModuleBase):
         if actions.dtype.kind not in "iuf":
             self.close()
             raise RemotePolicyError(f"the policy server at {self.url} answered {key!r} of dtype {actions.dtype}.")
-        actions = actions.astype(np.float32).reshape(self.chunk, self.act_dim)
+        with np.errstate(over="ignore"):  # a float64 past float32's range becomes inf, refused below
+            actions = actions.astype(np.float32).reshape(self.chunk, self.act_dim)
         if not np.isfinite(actions).all():
             self.close()
             raise RemotePolicyError(f"the policy server at {self.url} answered NaN or infinite {key!r}.")
