@@ -12,10 +12,16 @@ each request's images, openpi's uint8 ``[H, W, 3]``, as the env gives them in pr
 ``observation.images.<camera>``, float32 ``[3, H, W]`` in [0, 1] (the bytes divided by 255, the
 env's own arithmetic), beside ``observation.state``.
 
-Security defaults: it binds 127.0.0.1; bound to any other address it refuses to start without a
-token (``--token``, or the environment variable ``SIMEVAL_POLICY_SERVER_TOKEN``), which every
-connection must then present. Messages are read up to ``--max-message`` bytes. Bad input: one
-line on stderr and exit code 2. On SIGINT or SIGTERM it stops and prints what it served.
+Security defaults (docs/security.md, "Network"): it binds 127.0.0.1; bound to any other address
+it refuses to start without a token (``--token``, or the environment variable
+``SIMEVAL_POLICY_SERVER_TOKEN``), which every connection must then present. A WebSocket handshake
+carrying an ``Origin`` header (what a browser sends for a web page) is refused with HTTP 403
+unless ``--allow-origin`` names that origin. Messages are read up to ``--max-message`` bytes and
+decoded within the wire format's bounds (:mod:`simeval.policy_kinds.wire`); a connection has at
+most ``--max-in-flight`` requests read and not yet answered (the server stops reading it there),
+passes take every waiting connection's requests in turn, and a closed connection's queued
+requests are dropped. Bad input: one line on stderr and exit code 2. On SIGINT or SIGTERM it
+stops and prints what it served.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from simeval.command_line import OneLineParser, error_line, run_command
 from simeval.extras import require_extra
 from simeval.policy_kinds.remote import CAMERA_KEY, DEFAULT_KEYS, image_keys
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
-from simeval.serve_policy.batching import BatchingServer, Field
+from simeval.serve_policy.batching import DEFAULT_MAX_IN_FLIGHT, BatchingServer, Field
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -71,6 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-window-ms", type=float, default=2.0, help="wait after a request for others to join its pass"
     )
     p.add_argument("--max-batch", type=int, default=1024, help="the most requests in one forward pass")
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=DEFAULT_MAX_IN_FLIGHT,
+        help="the most requests of one connection read and not yet answered (at least one worker's sub-envs); "
+        "past it the connection is not read",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="accept WebSocket handshakes from this browser origin (e.g. http://localhost:3000; repeatable): "
+        "a handshake with any other Origin header is refused",
+    )
     p.add_argument("--max-message", default=str(DEFAULT_MAX_MESSAGE_BYTES), help="largest message read (e.g. 16M)")
     p.add_argument("--device", default="cpu", help="where the policy runs (cpu, cuda:0)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -161,6 +182,16 @@ def _image_keys(given: list[str]) -> dict[str, str]:
     return out
 
 
+def _check_origin(origin: str) -> str:
+    """``origin`` if it is an ``Origin`` header's form (``scheme://host[:port]``, or ``null``); ValueError otherwise."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(origin)
+    if origin != "null" and (not parts.scheme or not parts.netloc or parts.path or parts.query or parts.fragment):
+        raise ValueError(f"--allow-origin takes an origin such as http://localhost:3000, got {origin!r:.80}.")
+    return origin
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve as the command line ``argv`` (default: ``sys.argv[1:]``) says, until SIGINT or SIGTERM."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -177,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--port must be in 0..65535, got {args.port}.")
         if args.max_batch < 1 or not 0 <= args.batch_window_ms <= 1000:
             raise ValueError("--max-batch must be >= 1 and --batch-window-ms in [0, 1000].")
+        if args.max_in_flight < 1:
+            raise ValueError(f"--max-in-flight must be >= 1, got {args.max_in_flight}.")
+        for origin in args.allow_origin:
+            _check_origin(origin)
         max_bytes = parse_size(args.max_message)
         if args.image_size != 64 and not args.cameras:
             raise ValueError("--image-size sets the camera images: add --cameras CAMERA.")
@@ -220,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         max_batch=args.max_batch,
         token=token,
         max_message_bytes=max_bytes,
+        max_in_flight=args.max_in_flight,
+        allow_origins=args.allow_origin,
     )
     return asyncio.run(_serve(server, args.host, args.port, f"{args.checkpoint} ({built.env}, step {built.step})"))
 

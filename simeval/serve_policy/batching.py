@@ -3,16 +3,25 @@
 Each connection gets the server's metadata first, then sends requests (one observation each,
 openpi's msgpack format: the state, and camera images where the policy sees them, :class:`Field`)
 and reads one reply per request, in order; a client may send several before reading (simeval's
-client sends a worker's sub-envs back to back). Requests from every connection go into one
-queue; the batcher takes what arrived within ``window_s`` of the first one, the window extended
-while more keep arriving (at most 8 windows, ``max_batch`` requests), stacks each field,
-runs one forward pass in a worker thread, and answers each.
+client sends a worker's sub-envs back to back). The batcher waits ``window_s`` after a request
+arrives for others to join its pass, the window extended while more keep arriving (at most 8
+windows, ``max_batch`` requests), takes the queued requests one connection at a time in turn
+(round-robin, each connection's in order), stacks each field, runs one forward pass in a worker
+thread, and answers each.
 
-A request that cannot be read (not msgpack, a field missing, a wrong shape or dtype, NaN) is
-answered with one line of text, openpi's error frame, and its connection is closed; the server goes on serving
-the others. Messages are read up to ``max_message_bytes`` (a larger one closes its connection,
-code 1009). With a ``token``, a connection must send ``Authorization: Api-Key <token>`` (openpi's
-client's header) or ``Bearer <token>``; ``GET /healthz`` answers 200 without one.
+One connection cannot starve the others: it has at most ``max_in_flight`` requests (and
+``max_in_flight_bytes`` of them) read and not yet answered, past which the server stops reading
+it (TCP pushes back on the client); every connection is read one message per turn; a pass holds
+every waiting connection's requests in turn; and the queued requests of a connection that closes
+are dropped, never computed.
+
+A request that cannot be read (not msgpack, past the wire format's bounds, a field missing, a
+wrong shape or dtype, NaN) is answered with one line of text, openpi's error frame, and its
+connection is closed; the server goes on serving the others. Messages are read up to
+``max_message_bytes`` (a larger one closes its connection, code 1009). A WebSocket handshake
+carrying an ``Origin`` header (a web page's) is refused with HTTP 403 unless that origin is in
+``allow_origins``. With a ``token``, a connection must send ``Authorization: Api-Key <token>``
+(openpi's client's header) or ``Bearer <token>``; ``GET /healthz`` answers 200 without one.
 """
 
 from __future__ import annotations
@@ -22,12 +31,18 @@ import hmac
 import http
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from simeval.policy_kinds.wire import WireError, packb, unpackb
+
+DEFAULT_MAX_IN_FLIGHT = 1024  # requests of one connection read and not yet answered: 1024 sub-envs' step
+DEFAULT_MAX_IN_FLIGHT_BYTES = 256 * 2**20  # their bytes: 256 sub-envs' step with 3 images of 224x224
+RECEIVE_QUEUE = 4  # frames websockets buffers per connection before it stops reading the socket
+CLOSE_TIMEOUT_S = 2.0  # how long a closing connection waits for its peer's close frame (loopback: milliseconds)
 
 
 @dataclass(frozen=True)
@@ -70,12 +85,17 @@ class Field:
 
 @dataclass
 class BatchStats:
-    """What the batcher did: requests answered, forward passes, and the largest pass (requests, connections)."""
+    """What the server did: requests answered, forward passes, the largest pass (requests, connections), the most
+    requests one connection had in flight, how often a connection was left unread at its cap, and the requests
+    dropped with their closed connections (queued, never computed)."""
 
     requests: int = 0
     forwards: int = 0
     largest: int = 0
     most_clients: int = 0
+    most_in_flight: int = 0
+    paused: int = 0
+    dropped: int = 0
 
     def record(self, size: int, clients: int) -> None:
         """Count one forward pass of ``size`` requests from ``clients`` connections."""
@@ -85,12 +105,26 @@ class BatchStats:
         self.most_clients = max(self.most_clients, clients)
 
     def describe(self) -> str:
-        """One line: requests, passes, mean and largest batch, most connections in one pass."""
+        """One line: requests, passes, mean and largest batch, most connections in one pass, then the caps' work."""
         mean = self.requests / self.forwards if self.forwards else 0.0
         return (
             f"served {self.requests} requests in {self.forwards} forward passes (mean batch {mean:.1f}, "
-            f"largest {self.largest}; most connections in one pass: {self.most_clients})"
+            f"largest {self.largest}; most connections in one pass: {self.most_clients}); most requests in flight "
+            f"on one connection: {self.most_in_flight}, connections paused at their cap {self.paused} times, "
+            f"{self.dropped} requests dropped with their closed connections"
         )
+
+
+@dataclass(eq=False)
+class _Client:
+    """One connection's requests: queued for a pass (request, future) and in flight (read, not yet answered)."""
+
+    id: int
+    queue: deque = field(default_factory=deque)
+    in_flight: int = 0
+    in_flight_bytes: int = 0
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
 
 
 class BatchingServer:
@@ -106,6 +140,10 @@ class BatchingServer:
         max_batch: the most requests in one pass.
         token: the token a connection must present (None: none asked).
         max_message_bytes: the largest message read.
+        max_in_flight: the most requests of one connection read and not yet answered (at least one client
+            step's: a client sends one request per sub-env); past it the connection is not read.
+        max_in_flight_bytes: the most bytes of those requests (one message past it is read when none is in flight).
+        allow_origins: the ``Origin`` headers accepted; a handshake without one is accepted, any other refused.
     """
 
     def __init__(
@@ -119,13 +157,20 @@ class BatchingServer:
         max_batch: int = 1024,
         token: str | None = None,
         max_message_bytes: int,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+        allow_origins: Sequence[str] = (),
     ) -> None:
         self.forward, self.metadata, self.fields = forward, metadata, tuple(fields)
         self.actions_key = actions_key
         self.window_s, self.max_batch, self.token = window_s, max_batch, token
         self.max_message_bytes = max_message_bytes
+        self.max_in_flight, self.max_in_flight_bytes = max_in_flight, max_in_flight_bytes
+        self.origins: list[str | None] = [None, *allow_origins]
         self.stats = BatchStats()
-        self._pending: list[tuple[Any, asyncio.Future, int]] = []
+        self._clients: dict[int, _Client] = {}
+        self._queued = 0
+        self._turns = itertools.count()
         self._arrived: asyncio.Event | None = None
         self._ids = itertools.count()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
@@ -143,6 +188,9 @@ class BatchingServer:
                 port,
                 compression=None,
                 max_size=self.max_message_bytes,
+                max_queue=RECEIVE_QUEUE,
+                close_timeout=CLOSE_TIMEOUT_S,
+                origins=self.origins,
                 process_request=self._admit,
             ) as server:
                 bound = next(iter(server.sockets)).getsockname()[1]
@@ -168,26 +216,78 @@ class BatchingServer:
     async def _handler(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
-        client = next(self._ids)
+        client = _Client(next(self._ids))
+        self._clients[client.id] = client
+        closing = asyncio.ensure_future(ws.wait_closed())
+        closing.add_done_callback(lambda _: self._drop(client))
         answers: asyncio.Queue = asyncio.Queue()
-        writer = asyncio.create_task(self._write(ws, answers))
+        writer = asyncio.create_task(self._write(ws, answers, client))
+        refused = False
         try:
             await ws.send(packb(self.metadata))
-            async for message in ws:
-                try:
-                    obs = self._request(message)
-                except WireError as exc:
-                    await answers.put(f"simeval.serve_policy: bad request: {exc}")
-                    break
-                future = asyncio.get_running_loop().create_future()
-                self._pending.append((obs, future, client))
-                self._arrived.set()
-                await answers.put(future)
+            refused = await self._read(ws, client, answers)
         except ConnectionClosed:
             pass
         finally:
-            await answers.put(None)
+            if not refused:
+                self._drop(client)  # closed: what it queued is never computed
+            answers.put_nowait(None)
             await writer
+            self._drop(client)
+            closing.cancel()
+
+    async def _read(self, ws: Any, client: _Client, answers: asyncio.Queue) -> bool:
+        """Queue each request of ``ws`` for a pass, one per turn of the event loop, none while ``client`` is at its
+        cap, until the connection closes (False) or a request cannot be read (True: its error line queued after
+        the answers to those before it)."""
+        from websockets.protocol import State
+
+        loop = asyncio.get_running_loop()
+        while not client.closed:
+            if self._full(client):
+                self.stats.paused += 1
+                await self._room(client)
+                continue
+            message = await ws.recv()
+            if client.closed or ws.state is not State.OPEN:
+                return False  # read from the buffer of a connection closed meanwhile: nobody to answer
+            try:
+                obs = self._request(message)
+            except WireError as exc:
+                answers.put_nowait(f"simeval.serve_policy: bad request: {exc}")
+                return True
+            future = loop.create_future()
+            client.queue.append((obs, future))
+            client.in_flight += 1
+            client.in_flight_bytes += len(message)
+            self._queued += 1
+            self.stats.most_in_flight = max(self.stats.most_in_flight, client.in_flight)
+            self._arrived.set()
+            answers.put_nowait((future, len(message)))
+            await asyncio.sleep(0)  # the next message of this connection waits for every other's turn
+        return False
+
+    def _full(self, client: _Client) -> bool:
+        return client.in_flight >= self.max_in_flight or client.in_flight_bytes >= self.max_in_flight_bytes
+
+    async def _room(self, client: _Client) -> None:
+        """Wait until ``client`` is below its caps (an answer sent) or closed."""
+        while self._full(client) and not client.closed:
+            client.room.clear()
+            await client.room.wait()
+
+    def _drop(self, client: _Client) -> None:
+        """Forget a closed connection: its queued requests are never computed (their answers: None)."""
+        client.closed = True
+        client.room.set()
+        if self._clients.pop(client.id, None) is None:
+            return
+        self._queued -= len(client.queue)
+        self.stats.dropped += len(client.queue)
+        for _, future in client.queue:
+            if not future.done():
+                future.set_result(None)
+        client.queue.clear()
 
     def _request(self, message: Any) -> tuple:
         """A request's fields, in :attr:`fields`' order; WireError in one line for anything else."""
@@ -196,64 +296,93 @@ class BatchingServer:
         request = unpackb(message)
         return tuple(f.read(request) for f in self.fields)
 
-    async def _write(self, ws: Any, answers: asyncio.Queue) -> None:
+    async def _write(self, ws: Any, answers: asyncio.Queue, client: _Client) -> None:
         """Send each request's answer in the order the requests came; an error line ends the connection."""
         from websockets.exceptions import ConnectionClosed
+        from websockets.protocol import State
 
         try:
-            while True:
-                item = await answers.get()
-                if item is None:
-                    return
+            while (item := await answers.get()) is not None:
                 if isinstance(item, str):
                     await ws.send(item)
                     await ws.close(1008, item[:120])
                     return
+                future, size = item
                 try:
-                    actions, timing = await item
+                    answer = await future
                 except Exception as exc:  # noqa: BLE001 - the policy's own error: one line to the client
                     line = f"simeval.serve_policy: the policy failed: {type(exc).__name__}: {str(exc)[:200]}"
                     await ws.send(line)
                     await ws.close(1011, line[:120])
                     return
-                await ws.send(packb({self.actions_key: actions, "server_timing": timing}))
+                if answer is None or ws.state is not State.OPEN:
+                    return  # dropped with its closed connection, or closing: nobody reads it
+                await ws.send(packb({self.actions_key: answer[0], "server_timing": answer[1]}))
+                client.in_flight -= 1
+                client.in_flight_bytes -= size
+                client.room.set()
+                await asyncio.sleep(0)  # another connection's answers go out in between
         except ConnectionClosed:
-            return
+            pass
+        finally:
+            client.closed = True
+            client.room.set()
 
     # -- batches -------------------------------------------------------
     async def _batches(self) -> None:
         """Forever: wait for a request, give others ``window_s`` to join, one forward pass, answer each."""
-        import numpy as np
-
-        loop = asyncio.get_running_loop()
         while True:
             await self._arrived.wait()
-            # A window, extended while requests keep coming (a client's back-to-back requests join one pass),
-            # at most 8 windows in all.
-            for _ in range(8 if self.window_s > 0 else 0):
-                seen = len(self._pending)
-                await asyncio.sleep(self.window_s)
-                if len(self._pending) == seen or len(self._pending) >= self.max_batch:
-                    break
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            if not self._pending:
+            await self._window()
+            batch = self._take()
+            if not self._queued:
                 self._arrived.clear()
-            batch = [item for item in batch if not item[1].done()]
-            if not batch:
-                continue
-            clients = len({client for _, _, client in batch})
-            start = time.perf_counter()
-            try:
-                stacked = {f.key: np.stack([b[0][i] for b in batch]) for i, f in enumerate(self.fields)}
-                actions = await loop.run_in_executor(self._executor, self.forward, stacked)
-            except Exception as exc:  # noqa: BLE001 - handed to each request's connection as one line
-                for _, future, _ in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            self.stats.record(len(batch), clients)
-            infer_ms = (time.perf_counter() - start) * 1e3
-            timing = {"infer_ms": infer_ms, "batch_size": len(batch), "batch_clients": clients}
-            for i, (_, future, _) in enumerate(batch):
+            if batch:
+                await self._run(batch)
+
+    async def _window(self) -> None:
+        """Wait ``window_s``, again while requests keep coming (a client's back-to-back requests join one pass), at
+        most 8 windows in all, or until a pass is full."""
+        for _ in range(8 if self.window_s > 0 else 0):
+            seen = self._queued
+            await asyncio.sleep(self.window_s)
+            if self._queued == seen or self._queued >= self.max_batch:
+                return
+
+    def _take(self) -> list[tuple[Any, asyncio.Future, _Client]]:
+        """At most ``max_batch`` queued requests, one of each waiting connection in turn (each connection's in
+        order), the first connection another at each pass."""
+        ready = [c for c in self._clients.values() if c.queue]
+        if ready:
+            turn = next(self._turns) % len(ready)
+            ready = ready[turn:] + ready[:turn]
+        batch: list[tuple[Any, asyncio.Future, _Client]] = []
+        while ready and len(batch) < self.max_batch:
+            for client in ready[: self.max_batch - len(batch)]:
+                obs, future = client.queue.popleft()
+                batch.append((obs, future, client))
+            ready = [c for c in ready if c.queue]
+        self._queued -= len(batch)
+        return batch
+
+    async def _run(self, batch: list[tuple[Any, asyncio.Future, _Client]]) -> None:
+        """One forward pass over ``batch``; each request's future gets (its actions, the pass's timing) or the
+        policy's exception."""
+        import numpy as np
+
+        clients = len({client.id for _, _, client in batch})
+        start = time.perf_counter()
+        try:
+            stacked = {f.key: np.stack([b[0][i] for b in batch]) for i, f in enumerate(self.fields)}
+            loop = asyncio.get_running_loop()
+            actions = await loop.run_in_executor(self._executor, self.forward, stacked)
+        except Exception as exc:  # noqa: BLE001 - handed to each request's connection as one line
+            for _, future, _ in batch:
                 if not future.done():
-                    future.set_result((actions[i], timing))
+                    future.set_exception(exc)
+            return
+        self.stats.record(len(batch), clients)
+        timing = {"infer_ms": (time.perf_counter() - start) * 1e3, "batch_size": len(batch), "batch_clients": clients}
+        for i, (_, future, _) in enumerate(batch):
+            if not future.done():
+                future.set_result((actions[i], timing))
