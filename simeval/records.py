@@ -140,31 +140,42 @@ def retried_on_resume(record: Mapping[str, Any], retry_failed: bool = False) -> 
     return retry_failed or record.get("retry") == RETRY_ON_RESUME
 
 
-def open_regular(path: str, flags: int, fix: str = "move it aside or use another directory") -> int:
-    """``os.open(path, flags)`` without following a symbolic link, for a regular file only; the descriptor.
+def open_regular(
+    path: str,
+    flags: int,
+    fix: str = "move it aside or use another directory",
+    *,
+    follow: bool = False,
+    error: type[ValueError] = ResultsFileError,
+    what: str = "results files",
+) -> int:
+    """``os.open(path, flags)`` for a regular file only, checked on the open descriptor; the descriptor.
 
-    The file is opened with ``O_NOFOLLOW`` and checked with ``fstat`` on the
-    open descriptor (no race between check and use); ``O_NONBLOCK`` keeps a
-    FIFO from blocking the open. Created files get mode 0666 less the umask.
+    Every read of a data file goes through this one function (results files here, checkpoints and the
+    files beside them through :func:`simeval.checkpoints.bounds.open_data`, YAML through
+    :func:`simeval.yaml_files.read_yaml`). ``O_NONBLOCK`` keeps a FIFO from blocking the open, ``fstat``
+    on the descriptor says what was opened (no race between check and use), and the descriptor is
+    returned blocking and close-on-exec. Without ``follow`` the last component of ``path`` must not be
+    a symbolic link (``O_NOFOLLOW``). Created files get mode 0666 less the umask.
 
     Raises:
-        ResultsFileError: one line naming ``path`` and ``fix``, for a symbolic link or anything but a regular file.
+        ValueError: of class ``error``, one line naming ``path`` and ``fix``: a symbolic link (without
+            ``follow``), or anything but a regular file (a FIFO, a directory, a device, a socket).
         FileNotFoundError: there is no file (and ``flags`` do not create one).
     """
+    nofollow = 0 if follow else os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as exc:
-        if exc.errno == errno.ELOOP or (exc.errno != errno.ENOENT and os.path.islink(path)):
-            raise ResultsFileError(
-                f"{path} is a symbolic link; simeval opens results files only in place: {fix}."
-            ) from None
+        if not follow and (exc.errno == errno.ELOOP or (exc.errno != errno.ENOENT and os.path.islink(path))):
+            raise error(f"{path} is a symbolic link; simeval opens {what} only in place: {fix}.") from None
         if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without a reader, a directory
-            raise ResultsFileError(f"{path} is not a regular file: {fix}.") from None
+            raise error(f"{path} is not a regular file: {fix}.") from None
         raise
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ResultsFileError(f"{path} is not a regular file ({_kind_of(mode)}): {fix}.")
+        raise error(f"{path} is not a regular file ({_kind_of(mode)}): {fix}.")
     os.set_blocking(fd, True)
     return fd
 

@@ -11,7 +11,10 @@ refusal is a :class:`YamlError`, one line naming the file.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, BinaryIO
+
+from simeval.records import open_regular
 
 MAX_BYTES = 16 << 20  # Isaac Lab's params/env.yaml is tens of kilobytes; a suite or profile far less
 MAX_NODES = 1_000_000  # nodes a document stands for once its aliases are expanded
@@ -21,18 +24,34 @@ class YamlError(ValueError):
     """A YAML file that cannot be read as data within the bounds; the message names the file."""
 
 
-def read_yaml(path: str, loader: type | None = None, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES) -> Any:
+def read_yaml(
+    path: str,
+    loader: type | None = None,
+    *,
+    max_bytes: int = MAX_BYTES,
+    max_nodes: int = MAX_NODES,
+    source: BinaryIO | None = None,
+) -> Any:
     """The document in the YAML file at ``path``, constructed by ``loader`` (default ``yaml.SafeLoader``).
 
+    ``source`` is the file already open (:func:`simeval.checkpoints.bounds.open_data` opens a run's
+    ``params/*.yaml``); otherwise ``path`` is opened as data: a regular file only, checked on the open
+    descriptor (:func:`simeval.records.open_regular`), so a FIFO never blocks the read.
+
     Raises:
-        FileNotFoundError, IsADirectoryError, PermissionError: as ``open`` does (callers word them).
-        YamlError: one line naming ``path``: over ``max_bytes``, not valid YAML (with the line), nested
-            too deeply, or standing for more than ``max_nodes`` nodes with its aliases expanded.
+        FileNotFoundError, PermissionError: as ``open`` does (callers word them).
+        YamlError: one line naming ``path``: not a regular file (a FIFO, a directory), over ``max_bytes``,
+            not valid YAML (with the line), nested too deeply, or standing for more than ``max_nodes`` nodes
+            with its aliases expanded.
     """
     import yaml
 
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)
+    if source is not None:
+        raw = source.read(max_bytes + 1)
+    else:
+        fd = open_regular(path, os.O_RDONLY, "a settings file is a regular file", follow=True, error=YamlError)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise YamlError(f"{path}: over {max_bytes >> 20} MiB: not a settings file (refused unread).")
     chosen = loader or yaml.SafeLoader

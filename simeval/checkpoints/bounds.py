@@ -3,6 +3,9 @@
 Every reader goes through these before and after torch's ``weights_only`` load,
 so that no file, however it was made, makes simeval allocate without bound:
 
+- every file is opened as data (:func:`open_data`): a regular file only, checked on the open
+  descriptor (a FIFO, a device or a directory is refused without blocking); inside a watched
+  directory (:func:`watched`) what a name leads to must lie there once opened;
 - a file larger than ``max_bytes`` (:data:`DEFAULT_MAX_BYTES`, ``--max-checkpoint-size``) is
   refused before it is read;
 - its first bytes must be those of a zip archive (torch's files, SB3's zips), a
@@ -25,7 +28,9 @@ import io
 import os
 import zipfile
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import IO, Any, BinaryIO
 
 from simeval.checkpoints.base import CheckpointError
 
@@ -38,7 +43,86 @@ MAX_RATIO = 100  # uncompressed / compressed size of one zip member; weights com
 _RATIO_FROM = 16 << 20  # members smaller than this may compress as much as they like
 _MAX_MEMBERS = 100_000
 MAX_TIED_MARGIN = 16 << 20  # views of shared storages may stand for twice the storages' bytes, plus this
+_WATCHED: ContextVar[str | None] = ContextVar("simeval_watched_directory", default=None)
+_NOT_DATA = "a checkpoint and the files read beside it are regular files (--watch takes a run directory)"
 _MAX_DEPTH = 32  # nesting of dicts and lists walked to find the tensors of a loaded file
+
+
+@contextmanager
+def watched(directory: str | None) -> Iterator[None]:
+    """Within it, a data file named inside ``directory`` (a watched run directory) must lie inside it once
+    opened: a symlink (the file, or a directory on the way) that leads out is refused by :func:`open_data`,
+    judged on the open descriptor. ``None`` confines nothing (``--checkpoint`` follows links anywhere)."""
+    token = _WATCHED.set(directory)
+    try:
+        yield
+    finally:
+        _WATCHED.reset(token)
+
+
+def open_data(path: str) -> BinaryIO:
+    """The regular file at ``path``, open for reading as data (:func:`simeval.records.open_regular`).
+
+    Symbolic links are followed (``last.pt -> step_100.pt``, the Hugging Face cache's links into
+    ``blobs/``), except out of a watched directory (:func:`watched`). Every check is made on the
+    open descriptor, so nothing swapped in after a listing is read.
+
+    Raises:
+        CheckpointError: one line naming ``path``: not a regular file (a FIFO, a device, a directory),
+            or a link out of the watched directory.
+        FileNotFoundError, PermissionError: as ``open`` does (callers word them).
+    """
+    from simeval.records import open_regular
+
+    fd = open_regular(path, os.O_RDONLY, _NOT_DATA, follow=True, error=CheckpointError, what="checkpoints")
+    f = os.fdopen(fd, "rb")
+    try:
+        _check_inside(f.fileno(), path)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _check_inside(fd: int, path: str) -> None:
+    """Refuse the descriptor ``fd`` opened at ``path`` when ``path`` is named inside the watched directory
+    but the file opened lies outside it."""
+    root = _WATCHED.get()
+    if root is None or not _under(os.path.abspath(path), os.path.abspath(root)):
+        return
+    real = _opened_path(fd, path)
+    if real is None or not _under(real, os.path.realpath(root)):
+        raise CheckpointError(
+            f"{path}: a symlink that leads out of the watched directory (to {real or 'another file'}): refused; "
+            "copy the checkpoint into the run directory instead."
+        )
+
+
+def _opened_path(fd: int, path: str) -> str | None:
+    """Where the file open as ``fd`` lies: the kernel's name for the descriptor; else ``path`` resolved now,
+    if that is the very file open (same device and inode); else None."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+    real = os.path.realpath(path)
+    try:
+        named, opened = os.lstat(real), os.fstat(fd)
+    except OSError:
+        return None
+    return real if (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino) else None
+
+
+def _under(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root
+
+
+def _reopenable(f: BinaryIO) -> str | None:
+    """A name that opens the very file ``f`` is (``/proc/self/fd/N``), for readers that need one (a memory map)."""
+    for name in (f"/proc/self/fd/{f.fileno()}", f"/dev/fd/{f.fileno()}"):
+        if os.path.exists(name):
+            return name
+    return None
 
 
 def describe(n: int) -> str:
@@ -179,9 +263,10 @@ def _tensors(data: Any, name: str, depth: int) -> Iterator[tuple[str, Any]]:
             yield from _tensors(value, f"{name}[{i}]", depth + 1)
 
 
-def torch_load(source: bytes | str, path: str, max_bytes: int, **kwargs: Any) -> Any:
-    """``torch.load(weights_only=True)`` of ``source`` (bytes, or a file path with ``mmap=True``), bounded:
-    a zip is checked before (:func:`check_zip`), the tensors after (:func:`check_tensors`).
+def torch_load(source: bytes | BinaryIO, path: str, max_bytes: int, **kwargs: Any) -> Any:
+    """``torch.load(weights_only=True)`` of ``source`` (bytes, or a file :func:`open_data` opened; ``mmap=True``
+    maps it where the system names its descriptor), bounded: a zip is checked before (:func:`check_zip`), the
+    tensors after (:func:`check_tensors`).
 
     Raises CheckpointError for what the bounds refuse; torch's own errors otherwise.
     """
@@ -196,11 +281,15 @@ def torch_load(source: bytes | str, path: str, max_bytes: int, **kwargs: Any) ->
                 check_zip(path, source, max_bytes)
             data = torch.load(io.BytesIO(source), map_location="cpu", weights_only=True, **kwargs)
         else:
-            with open(source, "rb") as f:
-                check_size(path, os.fstat(f.fileno()).st_size, max_bytes)
-                if kind_of(f.read(HEADER_BYTES)) == "zip":
-                    f.seek(0)
-                    check_zip(path, f, max_bytes)  # a damaged one: torch says so
-            data = torch.load(source, map_location="cpu", weights_only=True, **kwargs)
+            check_size(path, os.fstat(source.fileno()).st_size, max_bytes)
+            source.seek(0)
+            if kind_of(source.read(HEADER_BYTES)) == "zip":
+                source.seek(0)
+                check_zip(path, source, max_bytes)  # a damaged one: torch says so
+            source.seek(0)
+            named = _reopenable(source) if kwargs.get("mmap") else None
+            if named is None:
+                kwargs.pop("mmap", None)
+            data = torch.load(named or source, map_location="cpu", weights_only=True, **kwargs)
     check_tensors(path, data)
     return data

@@ -13,7 +13,7 @@ import os
 import pickle
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from simeval.checkpoints import formats
 from simeval.checkpoints.base import Checkpoint, CheckpointError
@@ -24,15 +24,17 @@ from simeval.checkpoints.bounds import (
     check_size,
     check_zip,
     kind_of,
+    open_data,
     torch_load,
+    watched,
 )
 
 _T = TypeVar("_T")
 
 
-def _refusal(path: str, exc: BaseException | None, head: bytes, source: str | bytes) -> CheckpointError:
+def _refusal(path: str, exc: BaseException | None, head: bytes, source: BinaryIO | bytes) -> CheckpointError:
     """One line saying why torch refused or failed to load ``path`` (``head``: its first bytes; ``source``: the
-    file's path or bytes, looked at only to tell a damaged archive)."""
+    open file or its bytes, looked at only to tell a damaged archive)."""
     if not head:
         return CheckpointError(f"{path}: empty file (0 bytes): a checkpoint that was never written.")
     names = _zip_names(source) if b"PK\x03\x04".startswith(head[:4]) else None
@@ -63,7 +65,11 @@ def _truncated(path: str) -> CheckpointError:
 
 
 def load_checkpoint(
-    path: str | os.PathLike, format: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES
+    path: str | os.PathLike,
+    format: str | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    within: str | None = None,
 ) -> Checkpoint:
     """Read a checkpoint of any format simeval knows, without unpickling arbitrary objects.
 
@@ -71,17 +77,19 @@ def load_checkpoint(
     ``simeval.checkpoints.formats.names()``). The file is read once: its sha256
     (``Checkpoint.sha256``) is that of the bytes loaded, so a file replaced
     afterwards cannot be recorded with the wrong hash. Reading is bounded
-    (:mod:`simeval.checkpoints.bounds`): a file over ``max_bytes``, whose first
-    bytes are no checkpoint's, a zip that would expand past ``max_bytes`` (or
-    is a zip bomb) is refused before it is read, and tensors that are not
-    compact (expanded views) are refused before any copy. Raises
-    CheckpointError (one line, naming the file) for a missing, oversized,
-    truncated, corrupt, foreign or code-carrying file.
+    (:mod:`simeval.checkpoints.bounds`): only a regular file is read (a FIFO or a
+    device is refused without blocking, judged on the open descriptor); a file over
+    ``max_bytes``, whose first bytes are no checkpoint's, a zip that would expand
+    past ``max_bytes`` (or is a zip bomb) is refused before it is read, and tensors
+    that are not compact (expanded views) are refused before any copy. ``within``
+    (the watched directory) confines what names inside it lead to: a symlink out of it
+    is refused. Raises CheckpointError (one line, naming the file) for a missing,
+    oversized, truncated, corrupt, foreign or code-carrying file.
     """
     path = formats.directory_file(os.fspath(path))
     _check_format(format)
-    try:
-        with open(path, "rb") as f:
+    with watched(within):
+        with _open(path) as f:
             size = os.fstat(f.fileno()).st_size
             check_size(path, size, max_bytes)
             head = f.read(HEADER_BYTES)
@@ -94,18 +102,25 @@ def load_checkpoint(
                 raise _truncated(path)
             f.seek(0)
             raw = _read_bounded(path, f, size, max_bytes)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such checkpoint file.") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: a directory, not a checkpoint file (--watch takes a run directory).") from None
-    data, err = formats.torch_data(raw, path, max_bytes)
-    name = _format_of(path, raw, data, err, format)
-    ck = _reading(path, name, lambda: formats.module(name).read(path, raw, data))
+        data, err = formats.torch_data(raw, path, max_bytes)
+        name = _format_of(path, raw, data, err, format)
+        ck = _reading(path, name, lambda: formats.module(name).read(path, raw, data))
     ck.sha256 = hashlib.sha256(raw).hexdigest()
     return ck
 
 
-def _read_bounded(path: str, f: io.BufferedReader, size: int, max_bytes: int) -> bytes:
+def _open(path: str) -> BinaryIO:
+    """The checkpoint file at ``path``, open as data (:func:`~simeval.checkpoints.bounds.open_data`); a missing
+    one is a CheckpointError."""
+    try:
+        return open_data(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint file.") from None
+    except PermissionError:
+        raise CheckpointError(f"{path}: not readable (permission denied).") from None
+
+
+def _read_bounded(path: str, f: BinaryIO, size: int, max_bytes: int) -> bytes:
     """The rest of ``f`` (``size`` bytes when it was opened; a file still being written may have grown),
     never more than ``max_bytes``."""
     parts = [f.read(size)]
@@ -117,15 +132,17 @@ def _read_bounded(path: str, f: io.BufferedReader, size: int, max_bytes: int) ->
     return b"".join(parts) if len(parts) > 1 else parts[0]
 
 
-def _format_of(path: str, raw: bytes | None, data: Any, err: BaseException | None, format: str | None) -> str:
+def _format_of(
+    path: str, raw: bytes | None, data: Any, err: BaseException | None, format: str | None, f: BinaryIO | None = None
+) -> str:
     """The format that reads ``path``, or the CheckpointError saying why none can.
 
     ``raw`` is the file's bytes, or None where only the step is wanted (the
-    file is then looked at, a header and a zip directory, only to word an
-    error); ``data``/``err`` are torch's load of it.
+    open file ``f`` is then looked at, a header and a zip directory, only to word
+    an error); ``data``/``err`` are torch's load of it.
     """
-    head = raw[:HEADER_BYTES] if raw is not None else _head(path)
-    source = raw if raw is not None else path
+    source: BinaryIO | bytes = raw if raw is not None else f
+    head = raw[:HEADER_BYTES] if raw is not None else _head(f)
     if isinstance(err, pickle.UnpicklingError) and formats.detect(path, raw, None) is None:
         # A torch file that carries code: refused, whatever --format says. Files of a format read without
         # torch (ONNX: the weights-only unpickler fails on its first byte) go to that format's reader.
@@ -139,13 +156,10 @@ def _format_of(path: str, raw: bytes | None, data: Any, err: BaseException | Non
     return name
 
 
-def _head(path: str) -> bytes:
-    """The first bytes of the file at ``path`` (b"" if it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(HEADER_BYTES)
-    except OSError:
-        return b""
+def _head(f: BinaryIO) -> bytes:
+    """The first bytes of the open file ``f``."""
+    f.seek(0)
+    return f.read(HEADER_BYTES)
 
 
 def _reading(path: str, name: str, call: Callable[[], _T]) -> _T:
@@ -158,12 +172,14 @@ def _reading(path: str, name: str, call: Callable[[], _T]) -> _T:
         raise _malformed(path, name) from exc  # the reader's own error stays on the chain, for --debug
 
 
-def _zip_names(source: str | bytes) -> list[str] | None:
-    """The member names of a sound zip archive (``source``: a path or bytes; directory lists and CRCs check out,
-    read a member at a time); None for a damaged or no zip."""
+def _zip_names(source: BinaryIO | bytes) -> list[str] | None:
+    """The member names of a sound zip archive (``source``: an open file or bytes; directory lists and CRCs check
+    out, read a member at a time); None for a damaged or no zip."""
     import zipfile
 
     try:
+        if not isinstance(source, bytes):
+            source.seek(0)
         with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source) as z:
             return z.namelist() if z.testzip() is None else None
     except Exception:  # noqa: BLE001 - BadZipFile, an undecodable name, a cut member: all damage
@@ -190,36 +206,42 @@ def _unknown(path: str) -> CheckpointError:
     )
 
 
-def peek_step(path: str | os.PathLike, format: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
+def peek_step(
+    path: str | os.PathLike,
+    format: str | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    within: str | None = None,
+) -> int:
     """A checkpoint's step, without reading its tensors (memory-mapped, weights_only; a legacy pickle is read).
 
     The watcher orders a backlog by step with this and loads each checkpoint
-    in full only when its turn comes. Bounded and raising like :func:`load_checkpoint`.
+    in full only when its turn comes. Bounded, opened and raising like :func:`load_checkpoint`.
     """
     path = formats.directory_file(os.fspath(path))
     _check_format(format)
-    if not os.path.exists(path):
-        raise CheckpointError(f"{path}: no such checkpoint file.")
-    head = _head(path)
-    kind = kind_of(head)
-    if kind is None:
-        raise _refusal(path, None, head, head)
-    check_kind(path, kind, os.path.getsize(path))
-    try:
-        # torch memory-maps zips only; a legacy pickle (at most 1 GiB, check_kind) is read whole.
-        data, err = torch_load(path, path, max_bytes, mmap=kind == "zip"), None
-    except CheckpointError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - not a torch file (a zip, ONNX), or one that is refused
-        data, err = None, exc
-    name = _format_of(path, None, data, err, format)
-    return _reading(path, name, lambda: int(formats.module(name).step_of(path, data)))
+    with watched(within), _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(HEADER_BYTES)
+        kind = kind_of(head)
+        if kind is None:
+            raise _refusal(path, None, head, head)
+        check_kind(path, kind, size)
+        try:
+            # torch memory-maps zips only; a legacy pickle (at most 1 GiB, check_kind) is read whole.
+            data, err = torch_load(f, path, max_bytes, mmap=kind == "zip"), None
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not a torch file (a zip, ONNX), or one that is refused
+            data, err = None, exc
+        name = _format_of(path, None, data, err, format, f)
+        return _reading(path, name, lambda: int(formats.module(name).step_of(path, data)))
 
 
 def file_hash(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes (recorded with each result)."""
+    """sha256 of a file's bytes (recorded with each result); the file is opened as data (a regular file)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_data(os.fspath(path)) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -139,10 +140,6 @@ class Watcher:
         while True:
             ready = []
             for name, path in self._candidates():
-                outside = _leaves(path, self.directory)
-                if outside:
-                    self.seen.add(name)
-                    return Unreadable(path, outside)
                 try:
                     ready.append((self._step_of(name, path), name, path))
                 except (FileNotFoundError, CheckpointError) as exc:
@@ -154,7 +151,7 @@ class Watcher:
                 return None
             step, name, path = min(ready)
             try:
-                ck = load_checkpoint(path, self.format, max_bytes=self.max_bytes)
+                ck = load_checkpoint(path, self.format, max_bytes=self.max_bytes, within=self.directory)
             except CheckpointError as exc:
                 if not os.path.exists(path):
                     self.seen.add(name)
@@ -170,7 +167,8 @@ class Watcher:
     def _candidates(self) -> list[tuple[str, str]]:
         """Checkpoint files not yet seen, as (name relative to the directory, path).
 
-        Temporary files of atomic writes start with '.'.
+        Temporary files of atomic writes start with '.'. Anything but a directory counts: what a name
+        is (a FIFO, a link out of the directory) is judged when it is opened, on the descriptor.
         """
         patterns = formats.module(self.format).WATCH if self.format else formats.watch_patterns()
         found = {}
@@ -178,7 +176,7 @@ class Watcher:
         for pattern in patterns:
             for path in glob.glob(os.path.join(root, pattern)):
                 name = os.path.relpath(path, self.directory)
-                if not os.path.basename(name).startswith(".") and name not in self.seen and os.path.isfile(path):
+                if not os.path.basename(name).startswith(".") and name not in self.seen and not os.path.isdir(path):
                     found[name] = path
         if self.format is None:
             for name in [n for n in found if n.endswith(".onnx") and _beside_rsl_rl_saves(found[n])]:
@@ -190,20 +188,9 @@ class Watcher:
         stamp = (st.st_size, st.st_mtime_ns)
         cached = self._steps.get(name)
         if cached is None or cached[0] != stamp:
-            cached = (stamp, peek_step(path, self.format, max_bytes=self.max_bytes))
+            cached = (stamp, peek_step(path, self.format, max_bytes=self.max_bytes, within=self.directory))
             self._steps[name] = cached
         return cached[1]
-
-
-def _leaves(path: str, directory: str) -> str | None:
-    """Why ``path`` is refused when a symlink (it, or a directory on the way) leads out of ``directory``; else None."""
-    real, root = os.path.realpath(path), os.path.realpath(directory)
-    if os.path.commonpath([real, root]) == root:
-        return None
-    return (
-        f"{path}: a symlink that leads out of the watched directory (to {real}): refused; "
-        "copy the checkpoint into the run directory instead."
-    )
 
 
 def _beside_rsl_rl_saves(path: str) -> bool:
@@ -212,8 +199,10 @@ def _beside_rsl_rl_saves(path: str) -> bool:
 
 
 def _settling(path: str) -> bool:
-    """Changed within SETTLE_SECONDS: a library may still be writing it."""
+    """A regular file changed within SETTLE_SECONDS: a library may still be writing it (a FIFO, a link or a
+    device is judged at once)."""
     try:
-        return time.time() - os.stat(path).st_mtime < SETTLE_SECONDS
+        st = os.lstat(path)
     except FileNotFoundError:
         return False
+    return stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime < SETTLE_SECONDS

@@ -32,7 +32,7 @@ from simeval.report.comparison import CompareError, compare, json_rows
 from simeval.report.curves import failures, plot, table
 from simeval.report.html import write_html
 from simeval.report.runs import labels, merge_looks, read_failures, read_results
-from simeval.report.text import print_text
+from simeval.report.text import print_text, shown
 
 PROG = "python -m simeval.report compare"
 
@@ -117,12 +117,12 @@ def compare_main(argv: Sequence[str]) -> int:
         )
     except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, KeyError, ValueError, CompareError) as exc:
         message = f"a results line has no {exc}" if isinstance(exc, KeyError) else str(exc)
-        print(f"simeval-report compare: error: {message}", file=sys.stderr)
+        print(f"simeval-report compare: error: {shown(message)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(json_rows(result), indent=2, allow_nan=False))
         for warning in result.warnings:  # the JSON stays a list of rows: the replay's warnings go to stderr
-            print(f"simeval-report compare: warning: {warning}", file=sys.stderr)
+            print(f"simeval-report compare: warning: {shown(warning)}", file=sys.stderr)
     else:
         print_text(result)
     if args.html:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             references[f"{label} (reference)" if label in runs else label] = rows
     except (FileNotFoundError, json.JSONDecodeError, ResultsFileError, ValueError) as exc:
-        print(f"simeval-report: error: {exc}", file=sys.stderr)
+        print(f"simeval-report: error: {shown(exc)}", file=sys.stderr)
         return 2
     listed = failures(failed, dict(zip(run_names, args.runs, strict=True)))
     if listed and not any(runs.values()):

@@ -8,6 +8,7 @@ import os
 import shlex
 
 from simeval.report.html import plain_text
+from simeval.report.text import shown
 
 # The most curves the plot's legend names; above it, a title says how many there are.
 MAX_LEGEND = 24
@@ -20,11 +21,11 @@ def _value(metrics: dict, key: str, default: float = math.nan) -> float:
 
 
 def _cell(record: dict) -> tuple[str, str] | None:
-    """A suite line's (task, condition); None for a plain run's line (neither field)."""
+    """A suite line's (task, condition), control characters escaped (:func:`shown`); None for a plain run's line."""
     task, condition = record.get("task"), record.get("condition")
     if task is None and condition is None:
         return None
-    return str(task or record.get("env") or "?"), str(condition or "nominal")
+    return shown(task or record.get("env") or "?"), shown(condition or "nominal")
 
 
 def table(runs: dict[str, list[dict]]) -> str:
@@ -51,10 +52,10 @@ def table(runs: dict[str, list[dict]]) -> str:
             m = r["metrics"]
             if cells:
                 task, condition = _cell(r) or ("", "")
-                start = f"{name[-28:]:<28}{r['step']:>12,}  {task:<{width['task']}}{condition:<{width['condition']}}"
-                start += f"{_value(m, 'reward'):>10.1f}"
+                start = f"{shown(name)[-28:]:<28}{r['step']:>12,}  "
+                start += f"{task:<{width['task']}}{condition:<{width['condition']}}{_value(m, 'reward'):>10.1f}"
             else:
-                start = f"{name[-28:]:<28}{r['step']:>12,}{_value(m, 'reward'):>12.1f}"
+                start = f"{shown(name)[-28:]:<28}{r['step']:>12,}{_value(m, 'reward'):>12.1f}"
             lines.append(
                 f"{start}{_value(m, 'reward_ci_low'):>12.1f}{_value(m, 'reward_ci_high'):>12.1f}"
                 f"{m.get('num_episodes', 0):>10}"
@@ -84,7 +85,7 @@ def failures(runs: dict[str, list[dict]], dirs: dict[str, str] | None = None) ->
         cell = _cell(r)
         where = f"  {cell[0]} / {cell[1]}" if cell is not None else ""
         reason = " ".join(str(r.get("error") or "no reason recorded").split())
-        out.append(f"  {name}: {checkpoint}  {step}{where}: {reason}")
+        out.append(shown(f"  {name}: {checkpoint}  {step}{where}: {reason}"))
     outs = sorted({(dirs or {}).get(name, name) for name, _r in listed})
     command = "; ".join(f"python -m simeval.launch ... --out {shlex.quote(d)} --retry-failed" for d in outs)
     out.append(f"retry: rerun the launcher with the same flags and --retry-failed ({command})")

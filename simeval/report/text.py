@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -14,6 +15,15 @@ SUCCESS_VERDICT = "success verdict (McNemar)"
 # Columns whose cells are numbers (right-aligned); the others are words.
 NUMERIC = ("mean A", "mean B", "B - A [CI]", "episodes", "pairing gain", "share B ahead", "success A", "success B")
 STYLES = {"better": "bold green", "worse": "bold red", "equivalent": "bold blue", "inconclusive": "dim"}
+# What a terminal would act on rather than show: C0 and C1 controls (ANSI escapes, newlines, bells), DEL,
+# line and paragraph separators, bidirectional overrides and isolates.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value: object) -> str:
+    """``value`` as text to print: every control character written as its escape (``\\x1b``, ``\\n``), so a name
+    read from a results file can neither drive the terminal nor break a line or a table."""
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
 def digits(*values: float) -> int:
@@ -93,11 +103,12 @@ def family_line(comparison: Comparison) -> str:
 def header_lines(comparison: Comparison) -> list[str]:
     """The lines above the table: both runs with their steps, and the family of the verdicts."""
     c = comparison
-    return [
+    lines = [
         f"A: {c.label_a}  {_run_steps(c.steps_a)}",
         f"B: {c.label_b}  {_run_steps(c.steps_b)}",
         family_line(c) + " (said of B against A)",
     ]
+    return [shown(line) for line in lines]
 
 
 def aggregate_line(comparison: Comparison) -> str:
@@ -116,7 +127,8 @@ def aggregate_line(comparison: Comparison) -> str:
 
 
 def footer_lines(comparison: Comparison) -> list[str]:
-    """The lines below the table: the aggregate, what the columns mean, warnings, cells only one run has."""
+    """The lines below the table: the aggregate, what the columns mean, warnings, cells only one run has
+    (control characters escaped: :func:`shown`)."""
     c = comparison
     methods = [m for m in METHODS if any(cell.paired.method == m for cell in c.cells)]
     lines = [
@@ -139,7 +151,7 @@ def footer_lines(comparison: Comparison) -> list[str]:
     for name, cells in (("A", c.only_a), ("B", c.only_b)):
         for task, condition in cells:
             lines.append(f"only in {name}: {task} / {condition} (left out of the statistics)")
-    return lines
+    return [shown(line) for line in lines]
 
 
 def _has_success(comparison: Comparison) -> bool:
@@ -168,8 +180,8 @@ def _cell_row(c: CellResult, success: bool) -> tuple[str, ...]:
     p = c.paired
     d = interval_digits(p.diff.value, p.diff.low, p.diff.high, p.mean_a, p.mean_b)
     row = (
-        c.task,
-        c.condition,
+        shown(c.task),
+        shown(c.condition),
         f"{p.mean_a:.{d}f}",
         f"{p.mean_b:.{d}f}",
         with_ci(p.diff.value, p.diff.low, p.diff.high, digits=d),

@@ -43,6 +43,8 @@ DIRECTORY_FILE = "model.safetensors"  # load_checkpoint(DIR) reads DIR/model.saf
 CONFIG = "config.json"
 PIPELINES = {"preprocessor": "policy_preprocessor.json", "postprocessor": "policy_postprocessor.json"}
 MAX_JSON_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32  # LeRobot's configs nest four or five levels
+_ACT_SIZES = {"chunk_size": 100, "dim_model": 512}  # ACT's defaults, where config.json leaves them out
 # Policy types simeval runs: each answers a chunk from one observation (predict_action_chunk).
 POLICY_TYPES = ("act",)
 # LeRobot's processor steps simeval builds, by registry name: data transforms, no files or network.
@@ -90,10 +92,11 @@ def read(path: str, raw: bytes, data: Any) -> Checkpoint:
             f"{path}: ACT with temporal_ensemble_coeff set averages chunks across sub-envs' steps: "
             "set it to null in config.json (simeval plays n_action_steps of each chunk)."
         )
+    _check_sizes(os.path.join(folder, CONFIG), config, len(raw))
+    steps = {name: _steps(folder, file) for name, file in PIPELINES.items()}
     weights = _tensors(raw, path)
-    pipelines, stats = {}, {}
-    for name, file in PIPELINES.items():
-        pipelines[name], stats[name] = _pipeline(folder, file)
+    pipelines = {name: [spec for spec, _ in listed] for name, listed in steps.items()}
+    stats = {name: _stats(folder, PIPELINES[name], listed) for name, listed in steps.items()}
     policy = TensorDict()
     for key, value in weights.items():
         policy.set(("module", "policy", *key.split(".")), value)
@@ -118,9 +121,10 @@ def read(path: str, raw: bytes, data: Any) -> Checkpoint:
 
 def _json(path: str) -> dict:
     from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import open_data
 
     try:
-        with open(path, "rb") as f:
+        with open_data(path) as f:
             text = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing: a LeRobot pretrained_model directory has one.") from None
@@ -130,9 +134,46 @@ def _json(path: str) -> dict:
         value = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: not JSON ({str(exc)[:80]}).") from None
+    except RecursionError:
+        value = None
+    if value is None or _too_deep(value):
+        raise CheckpointError(f"{path}: nested over {MAX_JSON_DEPTH} levels deep: not a LeRobot config (refused).")
     if not isinstance(value, dict):
         raise CheckpointError(f"{path}: a JSON {type(value).__name__}, not an object.")
     return value
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether JSON ``value`` nests lists and objects over :data:`MAX_JSON_DEPTH` deep (walked without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > MAX_JSON_DEPTH:
+                    return True
+                pending.append((child, depth + 1))
+    return False
+
+
+def _check_sizes(path: str, config: dict, weight_bytes: int) -> None:
+    """Refuse ACT sizes whose cost LeRobot pays in Python before any tensor (out of the build's budget): its
+    sinusoidal position table of (chunk_size + 2) x dim_model numbers, past what the weights could back."""
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import describe
+
+    sizes = {key: config.get(key, default) for key, default in _ACT_SIZES.items()}
+    for key, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{path}: {key} is {value!r:.40}, not a whole number >= 1.")
+    table = (sizes["chunk_size"] + 2) * sizes["dim_model"] * 8
+    if table > 2 * weight_bytes + (16 << 20):
+        raise CheckpointError(
+            f"{path}: chunk_size {sizes['chunk_size']} x dim_model {sizes['dim_model']} make LeRobot build a "
+            f"{describe(table)} table before any weight, far more than {DIRECTORY_FILE} holds "
+            f"({describe(weight_bytes)}): they do not match the weights (refused before LeRobot is imported)."
+        )
 
 
 def _tensors(raw: bytes, path: str) -> dict:
@@ -151,17 +192,16 @@ def _tensors(raw: bytes, path: str) -> dict:
         raise CheckpointError(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0][:100]}).") from None
 
 
-def _pipeline(folder: str, file: str) -> tuple[list, dict]:
-    """A processor pipeline's steps (``[{"registry_name", "config"}]``) and its steps' statistics by index."""
+def _steps(folder: str, file: str) -> list[tuple[dict, str | None]]:
+    """A processor pipeline's steps, checked as data: ``({"registry_name", "config"}, state file name or None)``."""
     from simeval.checkpoints.base import CheckpointError
-    from simeval.checkpoints.bounds import check_size
 
     path = os.path.join(folder, file)
     spec = _json(path)
     steps = spec.get("steps")
     if not isinstance(steps, list):
         raise CheckpointError(f"{path}: no list of steps.")
-    out, stats = [], {}
+    out = []
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise CheckpointError(f"{path}: step {i} is not an object.")
@@ -175,21 +215,31 @@ def _pipeline(folder: str, file: str) -> tuple[list, dict]:
         config = step.get("config", {})
         if not isinstance(config, dict):
             raise CheckpointError(f"{path}: step {i}'s config is not an object.")
-        out.append({"registry_name": name, "config": config})
         state = step.get("state_file")
+        if state is not None and (not isinstance(state, str) or not _STATE_FILE.match(state) or state.startswith(".")):
+            raise CheckpointError(f"{path}: step {i}'s state_file {state!r:.80} is not a file name in its directory.")
+        out.append(({"registry_name": name, "config": config}, state))
+    return out
+
+
+def _stats(folder: str, file: str, steps: list[tuple[dict, str | None]]) -> dict:
+    """The statistics of a pipeline's steps that name a state file, by step index (each file opened as data)."""
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import check_size, open_data
+
+    stats = {}
+    for i, (_, state) in enumerate(steps):
         if state is None:
             continue
-        if not isinstance(state, str) or not _STATE_FILE.match(state) or state.startswith("."):
-            raise CheckpointError(f"{path}: step {i}'s state_file {state!r:.80} is not a file name in its directory.")
         state_path = os.path.join(folder, state)
         try:
-            size = os.path.getsize(state_path)
-            check_size(state_path, size, MAX_JSON_BYTES * 64)
-            with open(state_path, "rb") as f:
+            with open_data(state_path) as f:
+                size = os.fstat(f.fileno()).st_size
+                check_size(state_path, size, MAX_JSON_BYTES * 64)
                 stats[i] = _tensors(f.read(size), state_path)
         except FileNotFoundError:
             raise CheckpointError(f"{state_path}: missing (named by {file}).") from None
-    return out, stats
+    return stats
 
 
 def _train_config(folder: str) -> str | None:

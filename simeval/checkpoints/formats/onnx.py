@@ -146,16 +146,24 @@ def actor(env: EnvBase) -> TensorDictModule:
 
 
 def _head(path: str) -> bytes:
+    from simeval.checkpoints.base import CheckpointError
+    from simeval.checkpoints.bounds import open_data
+
     try:
-        with open(path, "rb") as f:
+        with open_data(path) as f:
             return f.read(1)
-    except OSError:
+    except (OSError, CheckpointError):
         return b""
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    """The file's bytes, opened as data; a file over protobuf's limit (it grew since it was sized) is refused."""
+    from simeval.checkpoints.bounds import MAX_PROTOBUF_BYTES, check_kind, open_data
+
+    with open_data(path) as f:
+        raw = f.read(MAX_PROTOBUF_BYTES + 1)
+    check_kind(path, "protobuf", len(raw))
+    return raw
 
 
 def _parse(path: str, raw: bytes | None) -> ModelProto | None:
@@ -165,7 +173,7 @@ def _parse(path: str, raw: bytes | None) -> ModelProto | None:
 
     try:
         model = onnx.load_model_from_string(_read(path) if raw is None else raw)
-    except (DecodeError, OSError, ValueError, RuntimeError):
+    except (DecodeError, OSError, ValueError, RuntimeError):  # CheckpointError is a ValueError
         return None
     return model if model.HasField("graph") and len(model.graph.node) > 0 else None
 

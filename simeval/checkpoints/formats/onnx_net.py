@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from types import ModuleType
 
 import numpy as np
@@ -13,15 +15,19 @@ MAX_TENSOR_BYTES = 1 << 30  # any one tensor a policy graph computes, at batch s
 _SIZED_BY_DATA = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot"}
 _REFUSED_OPS = {"Loop", "Scan"}  # iteration counts from data: a policy graph needs none
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
+# TensorProto data types -> bits per element (unlisted: 8), for what a stored tensor declares
+_ELEMENT_BITS = {**{k: 8 * v for k, v in _ELEMENT_BYTES.items()}, 14: 64, 15: 128, 21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
 
 
 def check_graph(model: bytes, source: str = "the ONNX model") -> None:
     """Refuse an ONNX graph that reads other files or computes without bound; a one-line ValueError.
 
-    No weights in external files (initialisers, constants, sparse ones, in subgraphs too: they would be read
-    from paths the file names); no ``Loop``/``Scan``; every tensor whose size shape inference knows (symbolic
-    dimensions, e.g. the batch, counted as 1) at most :data:`MAX_TENSOR_BYTES`; and the ops that size their
-    output from data (``Expand``, ``ConstantOfShape``, ``Tile``, ...) only where inference knows that size.
+    Everywhere in the model (the graph, its subgraphs, model-local functions, training info): no tensor
+    in an external file (initialisers, constants, sparse ones: they would be read from paths the file
+    names); no tensor declaring more than :data:`MAX_TENSOR_BYTES`, or more than its data holds; no
+    ``Loop``/``Scan``. Every value whose size shape inference knows (symbolic dimensions, e.g. the batch,
+    counted as 1) at most :data:`MAX_TENSOR_BYTES`; and the ops that size their output from data
+    (``Expand``, ``ConstantOfShape``, ``Tile``, ...) only where inference knows that size.
     """
     import onnx
     from google.protobuf.message import DecodeError
@@ -30,13 +36,12 @@ def check_graph(model: bytes, source: str = "the ONNX model") -> None:
         proto = onnx.load_model_from_string(model)
     except (DecodeError, ValueError, RuntimeError):
         raise ValueError(f"{source}: not a readable ONNX model.") from None
-    graphs = list(_graphs(proto.graph))
-    for graph in graphs:
-        for node in graph.node:
-            if node.op_type in _REFUSED_OPS:
-                raise ValueError(f"{source}: the ONNX graph has a {node.op_type} (iterations from data): refused.")
-        if _external(graph):
-            raise ValueError(f"{source}: ONNX weights in external files are not supported: export them inside it.")
+    nodes = [node for body in _bodies(proto) for node in body.node]
+    for node in nodes:
+        if node.op_type in _REFUSED_OPS:
+            raise ValueError(f"{source}: the ONNX graph has a {node.op_type} (iterations from data): refused.")
+    for tensor, dense in _stored(proto):
+        _check_stored(tensor, dense, source)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - inference fails on ops it does not know: sizes stay unknown, checked below
@@ -45,38 +50,82 @@ def check_graph(model: bytes, source: str = "the ONNX model") -> None:
     for size, name in known.values():
         if size > MAX_TENSOR_BYTES:
             raise ValueError(f"{source}: the ONNX graph computes {name!r:.60} of {size:,} bytes: refused.")
-    for graph in graphs:
-        for node in graph.node:
-            if node.op_type in _SIZED_BY_DATA and any(out and out not in known for out in node.output):
-                raise ValueError(
-                    f"{source}: the ONNX graph's {node.op_type} takes its output size from data simeval cannot "
-                    "bound before running it: refused (export the policy with static shapes)."
-                )
+    for node in nodes:
+        if node.op_type in _SIZED_BY_DATA and any(out and out not in known for out in node.output):
+            raise ValueError(
+                f"{source}: the ONNX graph's {node.op_type} takes its output size from data simeval cannot "
+                "bound before running it: refused (export the policy with static shapes)."
+            )
 
 
-def _graphs(graph: object) -> object:
-    """``graph`` and every subgraph in its nodes' attributes (If branches, ...)."""
-    yield graph
-    for node in graph.node:
+def _bodies(proto: object) -> Iterator[object]:
+    """Every list of nodes in the model: its graph, model-local functions, training info, and their subgraphs."""
+    tops = [proto.graph, *proto.functions]
+    for info in proto.training_info:
+        tops += [info.initialization, info.algorithm]
+    for top in tops:
+        yield from _subgraphs(top)
+
+
+def _subgraphs(body: object) -> Iterator[object]:
+    """``body`` (a graph or a function) and every graph in its nodes' attributes (If branches, ...), nested."""
+    yield body
+    for node in body.node:
         for attr in node.attribute:
             for sub in [attr.g, *attr.graphs] if attr.HasField("g") else list(attr.graphs):
-                yield from _graphs(sub)
+                yield from _subgraphs(sub)
 
 
-def _external(graph: object) -> bool:
-    """Whether any tensor of ``graph`` (initialisers, sparse ones, Constant attributes) lives in another file."""
+def _stored(proto: object) -> Iterator[tuple[object, list[int] | None]]:
+    """Every tensor the model stores, with the dense shape of a sparse one's values (else None): initialisers,
+    sparse initialisers, and every node attribute's tensors, everywhere."""
+    for body in _bodies(proto):
+        yield from ((t, None) for t in getattr(body, "initializer", ()))
+        sparse = list(getattr(body, "sparse_initializer", ()))
+        for node in body.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t, None
+                yield from ((t, None) for t in attr.tensors)
+                sparse += [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+                sparse += list(attr.sparse_tensors)
+        for s in sparse:
+            yield s.values, list(s.dims)
+            yield s.indices, None
+
+
+def _check_stored(tensor: object, dense: list[int] | None, source: str) -> None:
+    """Refuse a stored tensor in another file, declaring over MAX_TENSOR_BYTES (densified, for a sparse one's
+    values), or declaring more elements than its data holds."""
     from onnx import TensorProto
 
-    tensors = [*graph.initializer]
-    tensors += [s.values for s in graph.sparse_initializer] + [s.indices for s in graph.sparse_initializer]
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                tensors.append(attr.t)
-            tensors.extend(attr.tensors)
-            if attr.HasField("sparse_tensor"):
-                tensors += [attr.sparse_tensor.values, attr.sparse_tensor.indices]
-    return any(t.data_location == TensorProto.EXTERNAL or len(t.external_data) for t in tensors)
+    name = tensor.name or "<unnamed>"
+    if tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data):
+        raise ValueError(f"{source}: ONNX weights in external files are not supported: export them inside it.")
+    bits = _ELEMENT_BITS.get(tensor.data_type, 8)
+    for dims in (list(tensor.dims), dense):
+        if dims is not None and (any(d < 0 for d in dims) or math.prod(dims) * bits // 8 > MAX_TENSOR_BYTES):
+            raise ValueError(
+                f"{source}: the ONNX tensor {name!r:.60} declares the shape {dims}, over "
+                f"{MAX_TENSOR_BYTES >> 30} GiB: refused."
+            )
+    elements = math.prod(tensor.dims)
+    if tensor.data_type == TensorProto.STRING:
+        short = len(tensor.string_data) < elements
+    else:
+        short = _held_bytes(tensor) < -(-elements * bits // 8)
+    if short:
+        raise ValueError(
+            f"{source}: the ONNX tensor {name!r:.60} declares the shape {list(tensor.dims)} but holds less "
+            "data than that: a damaged or hostile file, refused."
+        )
+
+
+def _held_bytes(tensor: object) -> int:
+    """The bytes of data ``tensor`` holds: its raw bytes, or its typed values at their stored width."""
+    narrow = len(tensor.float_data) + len(tensor.int32_data)
+    wide = len(tensor.int64_data) + len(tensor.double_data) + len(tensor.uint64_data)
+    return len(tensor.raw_data) + 4 * narrow + 8 * wide
 
 
 def _known_sizes(graph: object) -> dict[str, tuple[int, str]]:

@@ -28,7 +28,7 @@ import pickle
 import re
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from simeval.policies import stamp
 
@@ -277,24 +277,29 @@ def _data(path: str, raw: bytes | None, data: Any) -> Any:
 
 
 def _safe_load(path: str, raw: bytes | None) -> Any:
-    import torch
-
+    """The torch zip ``raw`` (or the file at ``path``, memory-mapped) loaded allowing rl_games' numpy scalars;
+    None when it is no torch zip or holds anything else."""
     from simeval.checkpoints.base import CheckpointError
-    from simeval.checkpoints.bounds import DEFAULT_MAX_BYTES, torch_load
+    from simeval.checkpoints.bounds import open_data
 
     try:
-        if raw is None:
-            with open(path, "rb") as f:
-                if f.read(2) != b"PK":
-                    return None
-        elif not raw.startswith(b"PK"):
-            return None  # not a torch zip (ONNX, YAML, ...)
-        with _LOCK, torch.serialization.safe_globals(torch_safe_globals()):  # the allowlist is process-global
-            return torch_load(raw if raw is not None else path, path, DEFAULT_MAX_BYTES, mmap=raw is None)
+        if raw is not None:
+            return _safe_load_from(raw, path) if raw.startswith(b"PK") else None  # not a torch zip (ONNX, YAML, ...)
+        with open_data(path) as f:
+            return _safe_load_from(f, path) if f.read(2) == b"PK" else None
     except CheckpointError:
         raise  # over a bound: refused, whoever reads it
     except Exception:  # noqa: BLE001 - refused (code, other globals) or not a torch file: not ours to read
         return None
+
+
+def _safe_load_from(source: bytes | IO[bytes], path: str) -> Any:
+    import torch
+
+    from simeval.checkpoints.bounds import DEFAULT_MAX_BYTES, torch_load
+
+    with _LOCK, torch.serialization.safe_globals(torch_safe_globals()):  # the allowlist is process-global
+        return torch_load(source, path, DEFAULT_MAX_BYTES, mmap=not isinstance(source, bytes))
 
 
 def _dtype(spec: Any, align: Any = False, copy: Any = False):

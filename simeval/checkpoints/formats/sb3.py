@@ -34,6 +34,8 @@ import os
 import pickle
 import re
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints.formats.sb3_vecnormalize import CALLBACK_STEPS, error
@@ -204,8 +206,17 @@ def actor(
 
 
 # -- the zip ----------------------------------------------------------------------------------------------------------
-def _open_zip(path: str, raw: bytes | None) -> zipfile.ZipFile:
-    return zipfile.ZipFile(io.BytesIO(raw) if raw is not None else path)
+@contextmanager
+def _open_zip(path: str, raw: bytes | None) -> Iterator[zipfile.ZipFile]:
+    """The zip of bytes ``raw``, or of the file at ``path`` opened as data (a regular file, never a FIFO)."""
+    from simeval.checkpoints.bounds import open_data
+
+    if raw is not None:
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            yield z
+        return
+    with open_data(path) as f, zipfile.ZipFile(f) as z:
+        yield z
 
 
 def _member(path: str, z: zipfile.ZipFile, name: str, limit: int | None = None) -> bytes:

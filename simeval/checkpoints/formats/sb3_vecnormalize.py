@@ -13,7 +13,7 @@ import glob
 import os
 import pickle
 import re
-from typing import Any
+from typing import IO, Any
 
 from simeval.checkpoints.base import CheckpointError
 
@@ -75,9 +75,12 @@ def read(stats_path: str, obs_dim: int) -> dict | None:
     """{"mean", "var", "clip_obs", "epsilon"} from a VecNormalize ``.pkl`` or ``.npz``; None if it has norm_obs off."""
     import numpy as np
 
+    from simeval.checkpoints.bounds import open_data
+
     try:
-        _check_bounds(stats_path)
-        stats = _npz_stats(stats_path) if stats_path.endswith(".npz") else _pickle_stats(stats_path)
+        with open_data(stats_path) as f:
+            _check_bounds(stats_path, f)
+            stats = _npz_stats(f) if stats_path.endswith(".npz") else _pickle_stats(f)
     except CheckpointError:
         raise
     except _Refused as exc:
@@ -96,21 +99,21 @@ def read(stats_path: str, obs_dim: int) -> dict | None:
     return stats
 
 
-def _check_bounds(stats_path: str) -> None:
+def _check_bounds(stats_path: str, f: IO[bytes]) -> None:
     """Statistics are a few arrays of observation size: a file (or an ``.npz`` expanding) past MAX_STATS_BYTES is
-    refused unread."""
+    refused unread (``f``: the file, open)."""
     from simeval.checkpoints.bounds import check_size, check_zip
 
-    check_size(stats_path, os.path.getsize(stats_path), MAX_STATS_BYTES)
+    check_size(stats_path, os.fstat(f.fileno()).st_size, MAX_STATS_BYTES)
     if stats_path.endswith(".npz"):
-        with open(stats_path, "rb") as f:
-            check_zip(stats_path, f, MAX_STATS_BYTES)
+        check_zip(stats_path, f, MAX_STATS_BYTES)
+        f.seek(0)
 
 
-def _npz_stats(stats_path: str) -> dict:
+def _npz_stats(f: IO[bytes]) -> dict:
     import numpy as np
 
-    with np.load(stats_path, allow_pickle=False) as z:
+    with np.load(f, allow_pickle=False) as z:
         return {
             "mean": z["mean"],
             "var": z["var"],
@@ -183,9 +186,8 @@ class _Unpickler(pickle.Unpickler):
         return _RECORDS[full]
 
 
-def _pickle_stats(stats_path: str) -> dict | None:
-    with open(stats_path, "rb") as f:
-        top = _Unpickler(f).load()
+def _pickle_stats(f: IO[bytes]) -> dict | None:
+    top = _Unpickler(f).load()
     if getattr(top, "GLOBAL", None) != _VECNORMALIZE or not isinstance(top.state, dict):
         raise ValueError("not a pickled VecNormalize")
     state = top.state

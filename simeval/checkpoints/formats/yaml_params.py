@@ -35,7 +35,10 @@ _ParamsLoader.add_multi_constructor("tag:yaml.org,2002:python/", _unknown)
 def load_params(path: str) -> dict:
     """The YAML mapping in ``path`` (plain data only, bounded: :func:`simeval.yaml_files.read_yaml`); ValueError
     naming the file if it is not one."""
-    data = read_yaml(path, _ParamsLoader)
+    from simeval.checkpoints.bounds import open_data
+
+    with open_data(path) as f:
+        data = read_yaml(path, _ParamsLoader, source=f)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of training parameters.")
     return data
