@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from simeval import glfw_library
+
 if TYPE_CHECKING:  # what the lazy names below resolve to (and the import graph lint-imports checks)
     from simeval.caller.evaluator import Evaluator, connect
     from simeval.caller.ray_eval_worker import RayEvalWorker
@@ -18,6 +20,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to (and the import graph 
     from simeval.errors import EvalError
 
 __version__ = "0.1.0"
+
+glfw_library.pin()  # before anything imports glfw: it would search and run code in the working directory
 
 _LAZY = {
     "Evaluator": "simeval.caller.evaluator",

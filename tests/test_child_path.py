@@ -25,7 +25,7 @@ CHECKPOINT = os.path.join(SHIPPED_RUN, "step_000126976.pt")
 SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30")
 # Standard-library names a worker imports after start-up (child.py, host.py, multiprocessing.connection,
 # torch ...) or multiprocessing's resource tracker does, the files ``site`` would look for, and simeval
-# itself. Not ``struct``, ``ctypes`` or ``types``: see test_glfw_library_probe_imports_from_the_working_directory.
+# itself. Not ``struct``, ``ctypes`` or ``types``: see the glfw test below.
 SHADOWED = (
     "textwrap", "inspect", "dataclasses", "typing", "json", "traceback", "threading", "socket", "tempfile",
     "pickle", "copy", "weakref", "selectors", "signal", "random", "logging", "argparse", "subprocess",
@@ -104,13 +104,9 @@ def test_launcher_in_a_hostile_run_directory_imports_nothing_from_it(backend, tm
     assert record["status"] == "ok" and record["backend"] == backend
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="glfw (imported by gymnasium's MuJoCo envs) runs `python -c` in the working directory to probe "
-    "libglfw.so files, searching the working directory too: fixed where simeval builds envs (PYGLFW_LIBRARY)",
-)
-def test_glfw_library_probe_imports_from_the_working_directory(tmp_path):
-    """A ``struct.py`` in the run directory runs in glfw's probe process, on any backend (the thread's here)."""
+def test_glfw_library_probe_imports_nothing_from_the_working_directory(tmp_path):
+    """glfw (gymnasium's MuJoCo envs import it) probes candidate libraries with ``python -c`` in the working
+    directory, where a ``struct.py`` would run: simeval points it at its wheel's library (PYGLFW_LIBRARY)."""
     pytest.importorskip("glfw")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
