@@ -23,17 +23,25 @@ EPISODE_FLAGS = ("episode_terminated", "episode_truncated", "episode_success_at_
 SUCCESS_METRICS = {"success_at_end": "episode_success_at_end", "success_once": "episode_success_once"}
 
 
-def episode_quotas(num_episodes: int, num_envs: int) -> list[int]:
+def episode_quotas(num_episodes: int, num_envs: int, batch_order: bool = False) -> list[int]:
     """How many episodes each sub-env contributes, decided before the round.
 
     Sub-env ``i`` of ``n`` runs ``(N + i) // n`` episodes (stable-baselines3's
-    ``evaluate_policy`` scheme). Fixing the quota up front removes the bias of
+    ``evaluate_policy`` scheme): the extra ones of a count that is not a multiple
+    of ``n`` go to the last sub-envs. Fixing the quota up front removes the bias of
     keeping "the first N episodes to finish", which favours short episodes.
+
+    ``batch_order``: the first ``N`` episodes of whole batches of ``n``, in batch
+    order (batch ``k``'s episode on sub-env ``i`` is episode ``k * n + i``), as
+    lerobot-eval keeps them: sub-env ``i`` runs ``(N + n - 1 - i) // n``, the
+    extra ones going to the first sub-envs. Both layouts agree on a multiple of ``n``.
     """
     if num_episodes < 1:
         raise ValueError(f"num_trajectories must be >= 1, got {num_episodes}.")
     if num_envs < 1:
         raise ValueError(f"the eval env must have at least one sub-env, got {num_envs}.")
+    if batch_order:
+        return [(num_episodes + num_envs - 1 - i) // num_envs for i in range(num_envs)]
     return [(num_episodes + i) // num_envs for i in range(num_envs)]
 
 

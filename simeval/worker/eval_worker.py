@@ -350,12 +350,16 @@ class EvalWorker:
     def _episode_identities(self, episodes: Episodes, first: int, perturbs: list, seeded: bool) -> dict[str, Any]:
         """``episode_seeds`` (``seeded`` rounds) and ``episode_conditions`` (settings drawn per episode), episode order.
 
-        Episode ``k`` of global sub-env ``i`` has :func:`simeval.conditions.episode_seed` ``(seed, i, k)``.
+        An episode's seed is the one the env's reset started it from, where the simulator names it
+        (:meth:`~simeval.envs.simulators.Simulator.episode_env_seeds`: LeRobot's, to pair with
+        lerobot-eval's); else episode ``k`` of global sub-env ``i`` has
+        :func:`simeval.conditions.episode_seed` ``(seed, i, k)``.
         """
         out: dict[str, Any] = {}
         positions = [(first + i, k) for i, k in zip(episodes.sub_envs, episodes.ordinals, strict=True)]
         if seeded:
-            out["episode_seeds"] = [episode_seed(self._round_seed, i, k) for i, k in positions]
+            env_seeds = self._env_seeds(episodes)
+            out["episode_seeds"] = env_seeds or [episode_seed(self._round_seed, i, k) for i, k in positions]
         drawn: dict[str, list[float]] = {}
         for p in perturbs:
             for name in p.condition.ranged:
@@ -363,6 +367,12 @@ class EvalWorker:
         if drawn:
             out["episode_conditions"] = drawn
         return out
+
+    def _env_seeds(self, episodes: Episodes) -> list[int] | None:
+        """The env's own seed of each episode, where its simulator has one (else None)."""
+        if self._simulator is None:
+            return None
+        return self._simulator.episode_env_seeds(self._rollout_env, episodes.sub_envs, episodes.ordinals)
 
     def _roll_out(
         self, quotas: list[int], seed: int | None, max_steps: int | None, exploration_type: str | None
@@ -444,6 +454,8 @@ class EvalWorker:
     ) -> tuple[list[int], int | None]:
         """Each sub-env's episode quota and the seed of sub-env 0: the whole round's, or ``shard``'s.
 
+        A whole round's quotas are laid out as the env's simulator declares
+        (:attr:`~simeval.envs.simulators.Simulator.episodes_in_batch_order`).
         ``num_trajectories`` (the round's override) replaces the settings' count; a shard's quotas
         were planned by the caller with it already. ``seed`` is the round's (its override, else the
         settings'); a shard's sub-env 0 is seeded as global sub-env ``shard.first`` of it.
@@ -451,7 +463,8 @@ class EvalWorker:
         if shard is None:
             # None: one episode per sub-env
             quota = num_trajectories or self.settings.num_trajectories or self._num_envs
-            return metrics.episode_quotas(quota, self._num_envs), seed
+            in_batches = self._simulator is not None and self._simulator.episodes_in_batch_order
+            return metrics.episode_quotas(quota, self._num_envs, batch_order=in_batches), seed
         if shard.size != self._num_envs:
             raise ValueError(
                 f"shard {shard.index} covers {shard.size} sub-envs but this worker's env has {self._num_envs}: "

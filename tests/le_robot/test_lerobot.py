@@ -7,7 +7,9 @@ seeded random weights, made-up but fixed normaliser statistics; no hub access), 
 The oracle: ``lerobot-eval`` on the same directory, env and seed gives the same per-episode return
 and success as simeval. lerobot-eval seeds batch ``k`` of ``B`` envs ``seed + k * B + i``; simeval's
 LeRobot envs seed sub-env ``i``'s ``k``-th episode the same way, so with ``--num-envs B`` the
-episodes are the same ones, listed sub-env by sub-env (simeval) or batch by batch (lerobot-eval).
+episodes are the same ones, listed sub-env by sub-env (simeval) or batch by batch (lerobot-eval). For a
+count that is not a multiple of B, lerobot-eval keeps the first episodes of whole batches, and so does
+simeval on a LeRobot env; its records name each episode's env seed (``episode_seeds``) to pair them.
 """
 
 from __future__ import annotations
@@ -50,19 +52,17 @@ def policy_dir(tmp_path_factory) -> str:
     return str(save_act(tmp_path_factory.mktemp("act") / "pretrained_model"))
 
 
-@pytest.fixture(scope="module")
-def lerobot_eval(policy_dir, tmp_path_factory) -> dict:
-    """lerobot-eval's per-episode numbers: EPISODES episodes in batches of NUM_ENVS, from SEED."""
-    out = tmp_path_factory.mktemp("lerobot_eval") / "out"
+def lerobot_eval_metrics(policy_dir: str, out, episodes: int, batch_size: int, seed: int) -> dict:
+    """lerobot-eval's per-episode numbers: ``episodes`` episodes in batches of ``batch_size`` envs, from ``seed``."""
     run(
         os.path.join(os.path.dirname(sys.executable), "lerobot-eval"),
         f"--policy.path={policy_dir}",
         "--policy.device=cpu",
         "--env.type=pusht",
         f"--env.episode_length={STEPS}",
-        f"--eval.n_episodes={EPISODES}",
-        f"--eval.batch_size={NUM_ENVS}",
-        f"--seed={SEED}",
+        f"--eval.n_episodes={episodes}",
+        f"--eval.batch_size={batch_size}",
+        f"--seed={seed}",
         f"--output_dir={out}",
         "--env.visualization_width=96",  # its videos of 10 episodes: small frames, the observations unchanged
         "--env.visualization_height=96",
@@ -71,10 +71,18 @@ def lerobot_eval(policy_dir, tmp_path_factory) -> dict:
     return json.loads((out / "eval_info.json").read_text())["per_task"][0]["metrics"]
 
 
-def simeval_launch(policy_dir: str, out, *flags: str) -> dict:
+@pytest.fixture(scope="module")
+def lerobot_eval(policy_dir, tmp_path_factory) -> dict:
+    """lerobot-eval's per-episode numbers: EPISODES episodes in batches of NUM_ENVS, from SEED."""
+    return lerobot_eval_metrics(policy_dir, tmp_path_factory.mktemp("lerobot_eval") / "out", EPISODES, NUM_ENVS, SEED)
+
+
+def simeval_launch(
+    policy_dir: str, out, *flags: str, num_envs: int = NUM_ENVS, episodes: int = EPISODES, seed: int = SEED
+) -> dict:
     run(
         sys.executable, "-m", "simeval.launch", "--checkpoint", policy_dir, "--env", "lerobot:pusht",
-        "--num-envs", str(NUM_ENVS), "--episodes", str(EPISODES), "--max-steps", str(STEPS), "--seed", str(SEED),
+        "--num-envs", str(num_envs), "--episodes", str(episodes), "--max-steps", str(STEPS), "--seed", str(seed),
         "--out", str(out), *flags,
     )  # fmt: skip
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -102,6 +110,43 @@ def test_returns_and_success_equal_lerobot_evals_on_the_same_seeds(policy_dir, l
 def test_the_process_backend_evaluates_the_same_episodes(policy_dir, lerobot_eval, tmp_path):
     line = simeval_launch(policy_dir, tmp_path / "out", "--backend", "process")
     assert batch_order(line["episode_returns"]) == pytest.approx(lerobot_eval["sum_rewards"], rel=RTOL, abs=1e-6)
+
+
+UNEVEN = {"episodes": 3, "num_envs": 2, "seed": 20}  # not a multiple: lerobot-eval runs 2 batches, keeps 3 episodes
+
+
+@pytest.fixture(scope="module")
+def lerobot_eval_uneven(policy_dir, tmp_path_factory) -> dict[int, float]:
+    """lerobot-eval's return of each episode it keeps, by seed: its episode ``j`` is seeded ``seed + j``."""
+    out = tmp_path_factory.mktemp("lerobot_eval_uneven") / "out"
+    metrics = lerobot_eval_metrics(policy_dir, out, UNEVEN["episodes"], UNEVEN["num_envs"], UNEVEN["seed"])
+    return {UNEVEN["seed"] + j: r for j, r in enumerate(metrics["sum_rewards"])}
+
+
+def test_a_lerobot_env_lays_its_quotas_out_in_lerobot_evals_batch_order():
+    """The first N episodes of whole batches: the extra ones on the first sub-envs; other simulators unchanged."""
+    from simeval.envs.simulators import Simulator, registered
+    from simeval.metrics import episode_quotas
+
+    lerobot = next(sim for sim in registered() if sim.name == "lerobot")
+    assert lerobot.episodes_in_batch_order and not Simulator.episodes_in_batch_order
+    assert episode_quotas(3, 2, batch_order=True) == [2, 1]
+    assert episode_quotas(50, 8, batch_order=True) == [7, 7, 6, 6, 6, 6, 6, 6]  # docs/lerobot.md's example
+    assert episode_quotas(8, 4, batch_order=True) == episode_quotas(8, 4) == [2] * 4
+    assert episode_quotas(3, 2) == [1, 2]
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_count_that_is_not_a_multiple_of_num_envs_plays_lerobot_evals_episodes(
+    policy_dir, lerobot_eval_uneven, tmp_path, backend
+):
+    """3 episodes on 2 envs: lerobot-eval's seeds (20, 21, 22), each episode's return its, paired by env seed."""
+    line = simeval_launch(policy_dir, tmp_path / "out", "--backend", backend, **UNEVEN)
+    theirs = lerobot_eval_uneven
+    assert sorted(line["episode_returns"]) == pytest.approx(sorted(theirs.values()), rel=RTOL, abs=1e-6)
+    assert sorted(line["episode_seeds"]) == sorted(theirs)
+    ours = dict(zip(line["episode_seeds"], line["episode_returns"], strict=True))
+    assert ours == pytest.approx(theirs, rel=RTOL, abs=1e-6)
 
 
 def test_the_policy_answers_what_lerobots_own_classes_answer(policy_dir):

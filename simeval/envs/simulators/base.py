@@ -16,7 +16,7 @@ env it built (:meth:`~Simulator.owns`), which round engine runs rounds
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -95,6 +95,10 @@ class Simulator(ABC):
             host into a container.
         cameras: whether its envs observe camera images (``make_env(cameras=...)``: the
             ``observation.state`` and ``observation.images.<camera>`` keys).
+        episodes_in_batch_order: whether a round of ``N`` episodes on ``n`` sub-envs plays the
+            first ``N`` of whole batches of ``n`` in batch order (a peer's layout, lerobot-eval's:
+            the extra episodes of a count that is not a multiple of ``n`` on the first sub-envs),
+            rather than stable-baselines3's (on the last ones); see :func:`simeval.metrics.episode_quotas`.
     """
 
     name: ClassVar[str]
@@ -106,6 +110,7 @@ class Simulator(ABC):
     render_env: ClassVar[Mapping[str, str]] = {}
     settings_env: ClassVar[tuple[str, ...]] = ()
     cameras: ClassVar[bool] = False
+    episodes_in_batch_order: ClassVar[bool] = False
 
     def headless_env(self) -> dict[str, str]:
         """The environment its frames render under headless on this machine (:attr:`render_env` by default).
@@ -175,6 +180,15 @@ class Simulator(ABC):
         """The steps after which ``env`` ends episodes itself (an env that resets itself), else None.
 
         Collector batches that divide it end rounds of full-length episodes on a batch boundary.
+        """
+        return None
+
+    def episode_env_seeds(self, env: EnvBase, sub_envs: Sequence[int], ordinals: Sequence[int]) -> list[int] | None:
+        """The seed ``env``'s own reset started each episode of a seeded round from, or None: it has none.
+
+        Episode ``j`` is ordinal ``ordinals[j]`` of (local) sub-env ``sub_envs[j]``; a round's
+        records name these seeds (``episode_seeds``), so its episodes pair with a peer's that
+        seeds the env the same way. None: the records name simeval's own episode seeds.
         """
         return None
 

@@ -5,11 +5,14 @@
 the env type's gymnasium envs in one vector env in this process (:mod:`.env`), observing
 LeRobot's keys (``observation.image`` or ``observation.images.<camera>``, ``observation.state``),
 with the env's ``is_success`` per step under ``("next", "success")``. Every episode is seeded
-as lerobot-eval seeds it. Light at import: LeRobot is imported when an env is built or a task checked.
+as lerobot-eval seeds it, a round plays lerobot-eval's episodes for any count (the first ``N`` of
+whole batches, in batch order) and its records name each episode's env seed. Light at import:
+LeRobot is imported when an env is built or a task checked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simeval.envs.simulators.base import EnvRequest
@@ -17,7 +20,7 @@ from simeval.envs.simulators.lerobot import env as env_module
 from simeval.envs.simulators.sub_envs import SubEnvSimulator
 
 if TYPE_CHECKING:
-    from torchrl.envs import TransformedEnv
+    from torchrl.envs import EnvBase, TransformedEnv
 
 
 class LeRobot(SubEnvSimulator):
@@ -30,6 +33,7 @@ class LeRobot(SubEnvSimulator):
     marker = "ReseedEachEpisode"
     render_env = {"MUJOCO_GL": "egl"}  # ALOHA observes MuJoCo cameras (headless: EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
+    episodes_in_batch_order = True  # lerobot-eval runs whole batches and keeps the first N episodes
 
     def headless_env(self) -> dict[str, str]:
         """``MUJOCO_GL``: the user's, else EGL, else OSMesa."""
@@ -59,3 +63,13 @@ class LeRobot(SubEnvSimulator):
             max_steps=request.max_steps,
             condition=request.condition,
         )
+
+    def episode_env_seeds(self, env: EnvBase, sub_envs: Sequence[int], ordinals: Sequence[int]) -> list[int] | None:
+        """Each episode's reset seed, read from its sub-env's ReseedEachEpisode: lerobot-eval's seed of it."""
+        from simeval.envs.layout import innermost
+
+        envs = getattr(innermost(env).__dict__.get("_env"), "envs", None)  # the SyncVectorEnv's sub-envs
+        if not envs:
+            return None
+        seeds = [envs[i].seed_of(k) for i, k in zip(sub_envs, ordinals, strict=True)]
+        return None if None in seeds else seeds

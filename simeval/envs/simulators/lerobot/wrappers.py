@@ -100,6 +100,10 @@ class ReseedEachEpisode(gym.Wrapper):
         self._stepped = False
         return self.env.reset(seed=seed, options=options)
 
+    def seed_of(self, episode: int) -> int | None:
+        """The seed of episode ``episode`` since the last seeded reset (None: no seeded reset yet)."""
+        return None if self._first is None else self._first + episode * self.stride
+
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         """The env's step (the episode now counts as run)."""
         self._stepped = True
