@@ -100,7 +100,7 @@ class Pipeline:
         self.held: list[dict] = []  # recorded, not yet given to the logger
         self.closed = False  # --until-step reached: take no more checkpoints
         self.starved = False  # the source had no checkpoint at its last look: the run waits for one
-        self.summary = RunSummary()  # printed when the run ends
+        self.summary = RunSummary(video_dir=os.path.join(session.out, "videos") if self.cfg.video else None)
         self.board = ProgressBoard(run_total=None)  # each running evaluation's progress; the run's wait
 
     def run(self, source: CheckpointSource) -> int:

@@ -3,7 +3,8 @@
 :class:`RunSummary` is filled by the pipeline as outcomes are recorded (an ok
 line, a failed line, a checkpoint that could not be read) and printed once at
 the end of the run (also after a stop by signal). Plain text, so that a Slurm
-log shows the same table a terminal does.
+log shows the same table a terminal does. With ``--video`` it names each
+evaluation's MP4 (``<out>/videos/step_<step>.mp4``) under the table.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ class Row:
     episodes: int | None = None
     wall_s: float | None = None
     reason: str = ""
+    video: str | None = None
 
 
 @dataclass
 class RunSummary:
-    """The outcomes of a run, in the order they were recorded."""
+    """The outcomes of a run, in the order they were recorded; ``video_dir``: where ``--video`` writes its MP4s."""
 
     rows: list[Row] = field(default_factory=list)
+    video_dir: str | None = None
 
     def ok(self, label: str, record: dict[str, Any]) -> None:
         """Add the ok results line ``record`` of the evaluation ``label``."""
@@ -48,8 +51,16 @@ class RunSummary:
                 m.get("reward_ci_high"),
                 int(episodes) if episodes is not None else len(record.get("episode_returns", [])),
                 record.get("wall_time"),
+                video=self._video(record.get("step")),
             )
         )
+
+    def _video(self, step: int | None) -> str | None:
+        """The MP4 ``--video`` wrote for ``step``, if it did."""
+        if self.video_dir is None:
+            return None
+        path = os.path.join(self.video_dir, f"step_{int(step or 0):09d}.mp4")
+        return path if os.path.exists(path) else None
 
     def failed(self, label: str, reason: str, wall_s: float | None = None) -> None:
         """Add the failed evaluation ``label`` and its one-line ``reason``."""
@@ -70,6 +81,10 @@ class RunSummary:
             lines.append(
                 f"{r.label:<{width}}  {r.status:<6}  {_num(r.mean):>10}  {ci:>21}  {episodes:>8}  {_wall(r.wall_s):>8}"
             )
+        videos = [r for r in self.rows if r.video]
+        if videos:
+            lines.append("videos:")
+            lines += [f"  {r.label}: {r.video}" for r in videos]
         failed = [r for r in self.rows if r.status != "ok"]
         if failed:
             lines.append("failed:")

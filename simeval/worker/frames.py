@@ -2,7 +2,10 @@
 
 :class:`EpisodeFrames` is a transform on a wrapper the evaluator owns (never on
 a caller's env): from the reset that starts a round until sub-env 0's first
-episode ends it renders one frame per step and hands each to ``on_frame``.
+episode ends it renders one frame per step and hands each to ``on_frame``: the
+reset's frame, then one after each step (T + 1 frames for an episode of T steps).
+The reset's frame is rendered when the first step starts, so a reset no step
+follows (the collector's, when it is built) renders nothing.
 :class:`FrameBuffer` keeps them in memory (``RayEvalWorker``'s ``frames``);
 the launcher's MP4 writer (``simeval.launch.video``) streams them to a file.
 Rendering needs ``MUJOCO_GL=egl`` (GPU or Mesa) or ``osmesa`` for MuJoCo.
@@ -42,16 +45,32 @@ def render_first(env: EnvBase) -> np.ndarray:
 
     The native env (``simeval.envs.simulators.mujoco_native.env``) renders sub-env 0 itself; a
     gymnasium vector env under torchrl's GymWrapper renders through its first
-    sub-env (built with ``render_mode="rgb_array"``).
+    sub-env (built with ``render_mode="rgb_array"``), a MuJoCo one without shadows or
+    reflections as the native env draws it (software OpenGL spends most of a frame on them).
     """
     base_env = innermost(env)
     vec = _gym_env(base_env)
     if vec is not None and hasattr(vec, "envs"):
+        _plain_scene(vec.envs[0])
         return vec.envs[0].render()
     if vec is not None and hasattr(vec, "render"):
         frame = vec.render()
         return frame[0] if getattr(frame, "ndim", 3) == 4 else frame
     return base_env.render()
+
+
+def _plain_scene(sub_env: Any) -> None:
+    """Draw a gymnasium MuJoCo env's frames as the native env's: without shadows or reflections."""
+    renderer = getattr(getattr(sub_env, "unwrapped", None), "mujoco_renderer", None)
+    if renderer is None or getattr(sub_env, "render_mode", None) != "rgb_array":
+        return
+    import mujoco
+
+    from simeval.envs.simulators.mujoco_native.env import VIDEO_FLAGS_OFF
+
+    flags = renderer._get_viewer("rgb_array").scn.flags
+    for flag in VIDEO_FLAGS_OFF:
+        flags[getattr(mujoco.mjtRndFlag, flag)] = False
 
 
 class EpisodeFrames(Transform):
@@ -60,6 +79,7 @@ class EpisodeFrames(Transform):
     def __init__(self) -> None:
         super().__init__()
         self._recording = False
+        self._reset_frame_due = False
 
     # -- what subclasses do with the frames --------------------------------
     def on_start(self) -> None:
@@ -83,8 +103,14 @@ class EpisodeFrames(Transform):
                 self.on_end()
             self._recording = True
             self.on_start()
-            self._frame()
+            self._reset_frame_due = True
         return tensordict_reset
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._reset_frame_due:  # a step starts: the env still shows the reset's state
+            self._reset_frame_due = False
+            self._frame()
+        return super()._inv_call(tensordict)
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         if self._recording:
@@ -96,6 +122,7 @@ class EpisodeFrames(Transform):
 
     def finish(self) -> None:
         """End the recording now (a round stopped before the episode ended)."""
+        self._reset_frame_due = False
         if self._recording:
             self._recording = False
             self.on_end()
