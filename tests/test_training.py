@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from demo_table import mismatches
 from launch_helpers import REPO, TESTS, cli, popen_cli
 
 SHORT = (
@@ -133,3 +134,9 @@ def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
     assert int(used[2]) <= int(used[5]) // 2 and int(used[5]) == 6 * 16 * 2  # at most half a fixed run's episodes
     assert sum(int(table[c][-4]) for c in cells) * 2 == int(used[2])  # the report replays the launcher's stops
     assert "compare.html" in os.listdir(os.path.join(tmp_path, os.path.dirname(os.path.dirname(results))))
+    # README.md shows this run's tables: every digit on the machine its "machine:" line names (tests/demo_table.py).
+    from simeval.demo.fingerprint import fingerprint
+
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as readme:
+        problems = mismatches(proc.stdout, readme.read(), fingerprint())
+    assert not problems, "README.md's make demo tables are not this run's (copy them from it):\n" + "\n".join(problems)

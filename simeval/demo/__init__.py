@@ -8,7 +8,9 @@ Runs the launcher on its embedded defaults (``--watch`` the shipped run's
 checkpoints, thread backend, 8 envs, 16 episodes, seed 0): the eval curve of
 the training run. Then two reference rows on the final checkpoint: the
 trained policy without its VecNorm statistics, and an untrained policy of the
-same architecture. Prints the table and draws the curve with its 95% bands.
+same architecture. Prints the table, the machine it came from (CPU model and
+numpy/torch/mujoco versions: :func:`~simeval.demo.fingerprint.fingerprint`), and
+draws the curve with its 95% bands.
 Then the shipped suite (``suites/halfcheetah-robustness.yaml``: nominal,
 observation and action noise, action delay, heavier bodies, less friction),
 the final checkpoint against the first, decided adaptively (``--until-decided``:
@@ -24,6 +26,7 @@ import time
 
 from simeval import launch, load_checkpoint, save_checkpoint
 from simeval.checkpoints.shipped import shipped_checkpoint
+from simeval.demo.fingerprint import fingerprint
 from simeval.envs import make_env
 from simeval.policies import gaussian_actor
 
@@ -71,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     png = curves.plot(
         {"training run (shipped checkpoints)": curve}, os.path.join(trained, "eval_curve.png"), references
     )
-    print(f"\nresults: {os.path.join(trained, 'results.jsonl')}\nplot:    {png}")
+    print(f"\nmachine: {fingerprint()}")
+    print(f"results: {os.path.join(trained, 'results.jsonl')}\nplot:    {png}")
     return _suite_part(root, curve)
 
 
