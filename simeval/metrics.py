@@ -195,6 +195,8 @@ def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str,
         out[f"{prefix}/episode_lengths"] = list(raw["episode_lengths"])
         if raw.get("episode_seeds") is not None:  # seeded rounds: each episode's seed (simeval.conditions)
             out[f"{prefix}/episode_seeds"] = list(raw["episode_seeds"])
+        if raw.get("episode_env_seeds") is not None:  # the env's own seed of each episode, where it names one
+            out[f"{prefix}/episode_env_seeds"] = list(raw["episode_env_seeds"])
         for name, values in (raw.get("episode_conditions") or {}).items():  # condition settings drawn per episode
             out[f"{prefix}/episode_conditions/{name}"] = list(values)
         for key in EPISODE_FLAGS:

@@ -30,7 +30,8 @@ _LIST_KEYS = ("episode_returns", "episode_lengths")
 # Per-episode 0/1 lists written (as floats) where the result has them: an env with a per-step success key.
 _SUCCESS_LISTS = ("episode_success_at_end", "episode_success_once")
 # Per-episode lists of keep_episodes results that are not written (their means are metrics).
-_EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/", "episode_seeds", "episode_conditions/")
+_EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/", "episode_seeds", "episode_env_seeds",
+    "episode_conditions/")
 
 MAX_LINE_BYTES = 64 << 20
 """The longest results line read (64 MiB: a million episodes' returns fit many times over)."""
@@ -96,6 +97,8 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
             record[key] = [float(v) for v in plain(values)]
     if result.get(f"{prefix}/episode_seeds") is not None:
         record["episode_seeds"] = [int(v) for v in plain(result[f"{prefix}/episode_seeds"])]
+    if result.get(f"{prefix}/episode_env_seeds") is not None:
+        record["episode_env_seeds"] = [int(v) for v in plain(result[f"{prefix}/episode_env_seeds"])]
     drawn = {
         key.rsplit("/", 1)[1]: [float(v) for v in plain(values)]
         for key, values in result.items()

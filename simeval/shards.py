@@ -133,6 +133,8 @@ def merge(raws: Sequence[dict[str, Any]], info_keys: Sequence[tuple[str, ...]] =
     out["episode_info"] = info
     if all(raw.get("episode_seeds") is not None for raw in raws):
         out["episode_seeds"] = [v for raw in raws for v in raw["episode_seeds"]]
+    if all(raw.get("episode_env_seeds") is not None for raw in raws):
+        out["episode_env_seeds"] = [v for raw in raws for v in raw["episode_env_seeds"]]
     drawn = first.get("episode_conditions") or {}
     if drawn:
         out["episode_conditions"] = {

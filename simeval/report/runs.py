@@ -21,6 +21,7 @@ _EPISODE_LISTS = (
     "episode_returns",
     "episode_lengths",
     "episode_seeds",
+    "episode_env_seeds",
     "episode_success_once",
     "episode_success_at_end",
 )

@@ -348,18 +348,20 @@ class EvalWorker:
         return perturbs
 
     def _episode_identities(self, episodes: Episodes, first: int, perturbs: list, seeded: bool) -> dict[str, Any]:
-        """``episode_seeds`` (``seeded`` rounds) and ``episode_conditions`` (settings drawn per episode), episode order.
+        """``episode_seeds``, ``episode_env_seeds`` (``seeded`` rounds) and ``episode_conditions``, episode order.
 
-        An episode's seed is the one the env's reset started it from, where the simulator names it
-        (:meth:`~simeval.envs.simulators.Simulator.episode_env_seeds`: LeRobot's, to pair with
-        lerobot-eval's); else episode ``k`` of global sub-env ``i`` has
-        :func:`simeval.conditions.episode_seed` ``(seed, i, k)``.
+        Episode ``k`` of global sub-env ``i`` has :func:`simeval.conditions.episode_seed` ``(seed, i, k)``
+        (its conditions are drawn from it); ``episode_env_seeds`` is the seed the env's reset started it
+        from, where the simulator names it (:meth:`~simeval.envs.simulators.Simulator.episode_env_seeds`:
+        LeRobot's, to pair with lerobot-eval's).
         """
         out: dict[str, Any] = {}
         positions = [(first + i, k) for i, k in zip(episodes.sub_envs, episodes.ordinals, strict=True)]
         if seeded:
+            out["episode_seeds"] = [episode_seed(self._round_seed, i, k) for i, k in positions]
             env_seeds = self._env_seeds(episodes)
-            out["episode_seeds"] = env_seeds or [episode_seed(self._round_seed, i, k) for i, k in positions]
+            if env_seeds is not None:
+                out["episode_env_seeds"] = env_seeds
         drawn: dict[str, list[float]] = {}
         for p in perturbs:
             for name in p.condition.ranged:

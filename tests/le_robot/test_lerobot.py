@@ -9,7 +9,7 @@ and success as simeval. lerobot-eval seeds batch ``k`` of ``B`` envs ``seed + k 
 LeRobot envs seed sub-env ``i``'s ``k``-th episode the same way, so with ``--num-envs B`` the
 episodes are the same ones, listed sub-env by sub-env (simeval) or batch by batch (lerobot-eval). For a
 count that is not a multiple of B, lerobot-eval keeps the first episodes of whole batches, and so does
-simeval on a LeRobot env; its records name each episode's env seed (``episode_seeds``) to pair them.
+simeval on a LeRobot env; its records name each episode's env seed (``episode_env_seeds``) to pair them.
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def test_a_count_that_is_not_a_multiple_of_num_envs_plays_lerobot_evals_episodes
     line = simeval_launch(policy_dir, tmp_path / "out", "--backend", backend, **UNEVEN)
     theirs = lerobot_eval_uneven
     assert sorted(line["episode_returns"]) == pytest.approx(sorted(theirs.values()), rel=RTOL, abs=1e-6)
-    assert sorted(line["episode_seeds"]) == sorted(theirs)
-    ours = dict(zip(line["episode_seeds"], line["episode_returns"], strict=True))
+    assert sorted(line["episode_env_seeds"]) == sorted(theirs)
+    ours = dict(zip(line["episode_env_seeds"], line["episode_returns"], strict=True))
     assert ours == pytest.approx(theirs, rel=RTOL, abs=1e-6)
 
 

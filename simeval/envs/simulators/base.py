@@ -187,8 +187,8 @@ class Simulator(ABC):
         """The seed ``env``'s own reset started each episode of a seeded round from, or None: it has none.
 
         Episode ``j`` is ordinal ``ordinals[j]`` of (local) sub-env ``sub_envs[j]``; a round's
-        records name these seeds (``episode_seeds``), so its episodes pair with a peer's that
-        seeds the env the same way. None: the records name simeval's own episode seeds.
+        records name these seeds (``episode_env_seeds``), so its episodes pair with a peer's that
+        seeds the env the same way. None: the records have simeval's own episode seeds alone.
         """
         return None
 
