@@ -127,7 +127,7 @@ demo: $(DEMO_STAMP)
 
 # Two lanes at a time (make -j2), after the core venv is built (once, before either starts). Lane one: lint,
 # then the core pytest session (the longest job: it starts first). Lane two, one after the other: the docs,
-# the Isaac Lab venv and tests/isaac_lab, the Docker tests (an image build: mostly waiting on downloads), the
+# the docs' snippets, the core-only venv and its tests (the install a user gets), the Isaac Lab venv and tests/isaac_lab, the Docker tests (an image build: mostly waiting on downloads), the
 # core's long slices (fuzzers, faults, soak, and --out reuse and remote policies, moved off lane one to keep it
 # under 40 minutes: a session of their own), the mjlab venv and tests/mj_lab, the
 # ManiSkill3 venv and tests/maniskill. The Slurm tests stay in the core session: their jobs run `ray start
@@ -147,6 +147,7 @@ test: $(STAMP)
 test-lane-two: $(STAMP)
 	$(MAKE) docs
 	$(MAKE) test-docs-snippets
+	$(MAKE) test-core-install
 	$(MAKE) test-isaaclab
 	$(MAKE) test-core-docker
 	$(MAKE) test-core-long

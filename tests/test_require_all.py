@@ -102,6 +102,7 @@ TARGETS = (
     "test-core-main",
     "test-core-docker",
     "test-docs-snippets",
+    "test-core-install",
     "test-isaaclab",
     "test-mjlab",
     "test-maniskill",
