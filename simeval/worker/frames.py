@@ -45,32 +45,16 @@ def render_first(env: EnvBase) -> np.ndarray:
 
     The native env (``simeval.envs.simulators.mujoco_native.env``) renders sub-env 0 itself; a
     gymnasium vector env under torchrl's GymWrapper renders through its first
-    sub-env (built with ``render_mode="rgb_array"``), a MuJoCo one without shadows or
-    reflections as the native env draws it (software OpenGL spends most of a frame on them).
+    sub-env (built with ``render_mode="rgb_array"``).
     """
     base_env = innermost(env)
     vec = _gym_env(base_env)
     if vec is not None and hasattr(vec, "envs"):
-        _plain_scene(vec.envs[0])
         return vec.envs[0].render()
     if vec is not None and hasattr(vec, "render"):
         frame = vec.render()
         return frame[0] if getattr(frame, "ndim", 3) == 4 else frame
     return base_env.render()
-
-
-def _plain_scene(sub_env: Any) -> None:
-    """Draw a gymnasium MuJoCo env's frames as the native env's: without shadows or reflections."""
-    renderer = getattr(getattr(sub_env, "unwrapped", None), "mujoco_renderer", None)
-    if renderer is None or getattr(sub_env, "render_mode", None) != "rgb_array":
-        return
-    import mujoco
-
-    from simeval.envs.simulators.mujoco_native.env import VIDEO_FLAGS_OFF
-
-    flags = renderer._get_viewer("rgb_array").scn.flags
-    for flag in VIDEO_FLAGS_OFF:
-        flags[getattr(mujoco.mjtRndFlag, flag)] = False
 
 
 class EpisodeFrames(Transform):

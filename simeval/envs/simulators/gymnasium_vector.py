@@ -7,7 +7,7 @@ claims (Swimmer-v5, Reacher-v5, Pendulum-v1, ...).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simeval.envs.simulators.base import EnvRequest
 from simeval.envs.simulators.gym_ids import GymIdSimulator
@@ -53,4 +53,23 @@ class GymnasiumVector(GymIdSimulator):
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
             **(frames if request.options.get("render") else {}),
         )
+        if request.options.get("render"):
+            plain_scene(vec.envs[0])
         return GymWrapper(vec, device=request.device)
+
+
+def plain_scene(sub_env: Any) -> None:
+    """Draw a gymnasium MuJoCo env's frames as the native env's: without shadows or reflections.
+
+    Software OpenGL spends most of a frame on them (docs/launcher.md, ``--video``).
+    """
+    renderer = getattr(getattr(sub_env, "unwrapped", None), "mujoco_renderer", None)
+    if renderer is None or getattr(sub_env, "render_mode", None) != "rgb_array":
+        return
+    import mujoco
+
+    from simeval.envs.simulators.mujoco_native.env import VIDEO_FLAGS_OFF
+
+    flags = renderer._get_viewer("rgb_array").scn.flags
+    for flag in VIDEO_FLAGS_OFF:
+        flags[getattr(mujoco.mjtRndFlag, flag)] = False
