@@ -262,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(server: BatchingServer, host: str, port: int, what: str) -> int:
+    import gc
+
+    gc.collect()
+    gc.freeze()  # torch's objects out of the collector's way: a full collection under load stalled requests 100s of ms
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

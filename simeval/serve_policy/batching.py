@@ -42,6 +42,7 @@ from simeval.policy_kinds.wire import WireError, packb, unpackb
 DEFAULT_MAX_IN_FLIGHT = 1024  # requests of one connection read and not yet answered: 1024 sub-envs' step
 DEFAULT_MAX_IN_FLIGHT_BYTES = 256 * 2**20  # their bytes: 256 sub-envs' step with 3 images of 224x224
 RECEIVE_QUEUE = 4  # frames websockets buffers per connection before it stops reading the socket
+TURN = 16  # messages one connection reads, or answers it sends, before the others get their turn
 CLOSE_TIMEOUT_S = 2.0  # how long a closing connection waits for its peer's close frame (loopback: milliseconds)
 
 
@@ -121,6 +122,7 @@ class _Client:
 
     id: int
     queue: deque = field(default_factory=deque)
+    read: int = 0
     in_flight: int = 0
     in_flight_bytes: int = 0
     room: asyncio.Event = field(default_factory=asyncio.Event)
@@ -258,13 +260,15 @@ class BatchingServer:
                 return True
             future = loop.create_future()
             client.queue.append((obs, future))
+            client.read += 1
             client.in_flight += 1
             client.in_flight_bytes += len(message)
             self._queued += 1
             self.stats.most_in_flight = max(self.stats.most_in_flight, client.in_flight)
             self._arrived.set()
             answers.put_nowait((future, len(message)))
-            await asyncio.sleep(0)  # the next message of this connection waits for every other's turn
+            if client.read % TURN == 0:
+                await asyncio.sleep(0)  # this connection's next messages wait for every other's turn
         return False
 
     def _full(self, client: _Client) -> bool:
@@ -321,7 +325,8 @@ class BatchingServer:
                 client.in_flight -= 1
                 client.in_flight_bytes -= size
                 client.room.set()
-                await asyncio.sleep(0)  # another connection's answers go out in between
+                if client.in_flight % TURN == 0:
+                    await asyncio.sleep(0)  # other connections' answers go out in between
         except ConnectionClosed:
             pass
         finally:
@@ -341,12 +346,15 @@ class BatchingServer:
                 await self._run(batch)
 
     async def _window(self) -> None:
-        """Wait ``window_s``, again while requests keep coming (a client's back-to-back requests join one pass), at
-        most 8 windows in all, or until a pass is full."""
+        """Wait ``window_s``, again while every waiting connection keeps sending (a client's back-to-back requests
+        join one pass; one that keeps sending cannot hold back another's), at most 8 windows in all, or until a pass
+        is full."""
         for _ in range(8 if self.window_s > 0 else 0):
-            seen = self._queued
+            seen = {c.id: c.read for c in self._clients.values() if c.queue}
             await asyncio.sleep(self.window_s)
-            if self._queued == seen or self._queued >= self.max_batch:
+            if self._queued >= self.max_batch or any(
+                c.read == seen.get(c.id) for c in self._clients.values() if c.queue
+            ):
                 return
 
     def _take(self) -> list[tuple[Any, asyncio.Future, _Client]]:
