@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 import pytest
 from launch_helpers import write_checkpoints
@@ -166,3 +167,85 @@ def test_a_watch_path_that_is_no_directory_fails_at_once_in_one_line(tmp_path, k
     assert line.startswith(f"simeval-launch: error: --watch {path}: "), line
     assert ("no such directory" if kind == "missing" else "not a directory") in line
     assert not os.path.exists(tmp_path / "out" / "results.jsonl")
+
+
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "simeval", "data",
+                       "halfcheetah_ppo", "step_001001472.pt")  # fmt: skip
+SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30", "--poll-interval", "0.2")
+JUNK = b"PK\x03\x04 torn by a training crash"
+
+
+def _crashed_run(tmp_path, junk: str, age_s: float = -60.0) -> str:
+    """A watched directory: the shipped checkpoint (step 1001472) and ``junk``, a torn file a crash left.
+
+    ``age_s`` is how long ago the junk was last written: negative keeps it settling for the whole run.
+    """
+    directory = tmp_path / "run"
+    directory.mkdir()
+    shutil.copy(SHIPPED, directory)
+    (directory / junk).write_bytes(JUNK)
+    _age(directory / junk, age_s)
+    return str(directory)
+
+
+def _age(path, seconds: float) -> None:
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+def _watch(directory: str, out, *flags: str):
+    from launch_helpers import cli
+
+    proc = cli("--watch", directory, "--until-step", "1001472", "--out", str(out), *SMALL, *flags, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_a_file_still_settling_when_the_watch_ends_is_handed_back_as_unsettled(three, tmp_path):
+    directory = _run_dir(tmp_path, three[1:2], done=False)
+    junk = os.path.join(directory, "step_0000500.pt")
+    with open(junk, "wb") as f:
+        f.write(JUNK)
+    watcher = Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05)
+    assert watcher.take().step == 1000  # the junk is skipped while it settles
+    assert watcher.left(until=1000) == [sources.Unsettled(junk)]
+    assert watcher.left(until=1000) == []  # handed back once
+
+
+def test_a_file_that_settled_after_the_watch_ended_is_judged_at_the_end(three, tmp_path, monkeypatch):
+    """Read once it stopped changing: a checkpoint below --until-step is handed out, a torn file is unreadable."""
+    directory = _run_dir(tmp_path, [], done=False)
+    data = open(three[2], "rb").read()
+    late, junk = os.path.join(directory, "step_0000700.pt"), os.path.join(directory, "step_0000500.pt")
+    for path, content in ((late, data[: len(data) // 2]), (junk, JUNK)):
+        with open(path, "wb") as f:
+            f.write(content)
+    watcher = Watcher(directory, seen=set(), stop=threading.Event(), poll_interval=0.05)
+    assert watcher.take() is None  # both are still being written
+    with open(late, "wb") as f:
+        f.write(data)  # step 2000, written whole after the run reached --until-step
+    monkeypatch.setattr(sources, "SETTLE_SECONDS", 0.0)
+    unreadable, ck = watcher.left(until=5000)
+    assert isinstance(unreadable, Unreadable) and unreadable.path == junk and ck.step == 2000
+
+
+@pytest.mark.parametrize("junk", ["step_000876544.pt", "step_001100000.pt"], ids=["below", "named-past"])
+def test_a_corrupt_checkpoint_still_settling_when_the_run_ends_is_reported_and_retried(tmp_path, junk):
+    """Issue 45 item 6: a torn file written just before the run, still settling when --until-step is reached,
+    is in the summary and results.jsonl, and the next run judges it again (here, an hour later: failed)."""
+    from launch_helpers import read_records
+
+    directory, out = _crashed_run(tmp_path, junk), tmp_path / "out"
+    proc = _watch(directory, out)
+    assert "summary: 2 evaluation(s), 0 failed, 1 unsettled" in proc.stdout, proc.stdout
+    assert f"checkpoint {junk}: {sources.UNSETTLED}" in proc.stdout, proc.stdout
+    (line,) = [r for r in read_records(out) if r["checkpoint_name"] == junk]
+    assert (line["status"], line["error"], line["retry"]) == ("failed", sources.UNSETTLED, "resume")
+    if junk != "step_000876544.pt":
+        return
+    _age(os.path.join(directory, junk), 3600)
+    again = _watch(directory, out)  # the unsettled line is no done checkpoint: the plain rerun reads the file
+    assert "1 checkpoint(s) failed before: evaluating them again" in again.stdout, again.stdout
+    assert "summary: 1 evaluation(s), 1 failed" in again.stdout and "--retry-failed" in again.stdout, again.stdout
+    newest = [r for r in read_records(out) if r["checkpoint_name"] == junk][-1]
+    assert (newest["status"], newest["retry"]) == ("failed", "--retry-failed") and "corrupt" in newest["error"]

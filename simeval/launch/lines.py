@@ -5,7 +5,9 @@ An evaluated job (checkpoint x cell) gets :func:`ok_line`: the result
 kind of run), the attempts, the run's plan (a plain run), where and how it ran,
 and the cell's fields (a suite's). A job that could not be evaluated gets
 :func:`failed_line`, with the same cell fields; a checkpoint file that could not be
-read, with the run's (``suite``). An adaptive run's look adds its :class:`Look` fields.
+read, with the run's (``suite``); a watched file still being written when the run
+ended gets :func:`unsettled_line`, a failed line the next run retries by itself. An
+adaptive run's look adds its :class:`Look` fields.
 
 Every job's ok line, and a plain run's failed lines, carry ``settings``
 (:func:`simeval.launch.build.run_settings`): what the run was asked to evaluate
@@ -20,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from simeval.launch.build import checkpoint_fields, record_context, run_settings
 from simeval.launch.session import plan_record
-from simeval.launch.sources import checkpoint_name
-from simeval.records import failed_record, make_record
+from simeval.launch.sources import UNSETTLED, checkpoint_name
+from simeval.records import RETRY_ON_RESUME, failed_record, make_record
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -81,4 +83,12 @@ def failed_line(
     if "suite" not in context:
         record["settings"] = run_settings(cfg)
     record.update(context)
+    return record
+
+
+def unsettled_line(cfg: LaunchConfig, path: str, step: int | None, context: dict[str, Any]) -> dict[str, Any]:
+    """The line of watched file ``path``, still being written when the run ended: failed (``error``
+    :data:`~simeval.launch.sources.UNSETTLED`), and read again by the next run (``retry: "resume"``)."""
+    record = failed_line(cfg, path, UNSETTLED, step, "checkpoint", context)
+    record["retry"] = RETRY_ON_RESUME
     return record

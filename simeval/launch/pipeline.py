@@ -22,7 +22,10 @@ jobs that were still running are evaluated again, the others never.
 ``--until-step N`` ends the run once a checkpoint at or past N was taken and its
 outcomes are in, whatever they are (ok, failed, unreadable, refused); on a resume
 that already reached it (``closing``), the run evaluates what is left below N and
-ends.
+ends. A watched file skipped because it was still being written is judged as the run
+ends (:meth:`~simeval.launch.sources.Watcher.left`): evaluated if it is a checkpoint
+below N by then, failed if it is unreadable, else an ``unsettled`` failed line that the
+next run reads again by itself; so is each such file at a stop by signal.
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 from simeval.checkpoints import CheckpointError
 from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError
-from simeval.launch.lines import failed_line, ok_line
+from simeval.launch.lines import failed_line, ok_line, unsettled_line
 from simeval.launch.progress import ProgressBoard
 from simeval.launch.results import failures_line, resume_from
 from simeval.launch.session import PlanBusy, error_kind
-from simeval.launch.sources import One, Unreadable, checkpoint_name
+from simeval.launch.sources import UNSETTLED, One, Unreadable, Unsettled, checkpoint_name
 from simeval.launch.summary import RunSummary
 
 if TYPE_CHECKING:
@@ -124,12 +127,15 @@ class Pipeline:
                 if self.starved and not (self.running or self.jobs or self.closed or source.done) and self.cfg.watch:
                     self.board.waiting(self.cfg.watch, len(getattr(source, "seen", ())))
                 if not self.running and not self.jobs and (self.closed or source.done):
+                    if self._left(source):
+                        continue  # a file that settled since: its jobs run before the run ends
                     if self.closed:
                         print(f"reached --until-step {self.cfg.until_step}; done.", flush=True)
                     print(self.summary.render(retry=self.spec.keep_going), flush=True)
                     return 0
                 wait = _TICK_S if self.running or self.jobs or not next_scan else next_scan - time.monotonic()
                 stop.wait(max(0.01, wait))
+            self._left(source, judge=False)
             where = f"{len(self.running)} running {self.spec.noun} abandoned, " if self.running else ""
             saved = f"results so far are in {self.log.path}" if os.path.exists(self.log.path) else "no results written"
             print(f"stopped by signal; {where}nothing partial written; {saved}")
@@ -162,12 +168,27 @@ class Pipeline:
             if isinstance(ck, Unreadable):
                 self._unreadable(ck)
             else:
-                name = checkpoint_name(ck.path, self.cfg.watch)
-                cells = self.spec.cells_for(ck, name)
-                self.jobs.extend(Job(ck, c, name) for c in cells if (name, *c.key) not in self.spec.done)
+                self._queue(ck)
             if past:
                 self.closed = True
                 return
+
+    def _queue(self, ck: Checkpoint) -> None:
+        """Queue the jobs of ``ck`` not done yet."""
+        name = checkpoint_name(ck.path, self.cfg.watch)
+        cells = self.spec.cells_for(ck, name)
+        self.jobs.extend(Job(ck, c, name) for c in cells if (name, *c.key) not in self.spec.done)
+
+    def _left(self, source: CheckpointSource, judge: bool = True) -> bool:
+        """Record the files the source saw being written and never handed out; True if jobs of some are queued."""
+        for item in source.left(self.cfg.until_step, judge):
+            if isinstance(item, Unsettled):
+                self._unsettled(item)
+            elif isinstance(item, Unreadable):
+                self._unreadable(item)
+            else:
+                self._queue(item)
+        return bool(self.jobs)
 
     def _start_idle(self) -> None:
         """Give each idle slot a job: one of the cell it is built for first, else the oldest."""
@@ -252,6 +273,12 @@ class Pipeline:
         print(f"checkpoint {name} failed: {ck.error}", flush=True)
         self.summary.failed(f"checkpoint {name}", ck.error)
         self.log.append(failed_line(self.cfg, ck.path, ck.error, ck.step, "checkpoint", self.spec.scope))
+
+    def _unsettled(self, item: Unsettled) -> None:
+        name = checkpoint_name(item.path, self.cfg.watch)
+        print(f"checkpoint {name}: {UNSETTLED}; the next run reads it.", flush=True)
+        self.summary.unsettled(f"checkpoint {name}", UNSETTLED)
+        self.log.append(unsettled_line(self.cfg, item.path, item.step, self.spec.scope))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -18,10 +18,14 @@ rsl_rl's ``model_*.pt``, skrl's ``checkpoints/agent_*.pt``, ...); a file's name
 is its path relative to the directory. Training libraries other than simeval
 write checkpoints in place, not atomically: a file that cannot be read yet and
 changed in the last ``SETTLE_SECONDS`` is tried again on a later scan instead of
-being recorded as failed. An ``.onnx`` file beside rsl_rl's ``model_*.pt`` is the
-run's export of its latest save, rewritten on each save with no step of its own
-(mjlab writes ``<run>/<run>.onnx``): the watch evaluates the ``model_*.pt`` files
-and leaves the export to ``--checkpoint``.
+being recorded as failed. When the run ends (``--until-step``, a signal) with such a
+file not read, :meth:`Watcher.left` hands it back judged then: a checkpoint below
+``--until-step`` to evaluate, an :class:`Unreadable`, or an :class:`Unsettled` (still
+changing), so that no file the run saw is left out of its summary and results.
+An ``.onnx`` file beside rsl_rl's ``model_*.pt`` is the run's export of its latest
+save, rewritten on each save with no step of its own (mjlab writes
+``<run>/<run>.onnx``): the watch evaluates the ``model_*.pt`` files and leaves the
+export to ``--checkpoint``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from simeval.launch.config import ConfigError
 
 DONE_FILE = "DONE"
 SETTLE_SECONDS = 10.0
+UNSETTLED = "unsettled: still being written when the run ended"
 
 
 @dataclass
@@ -52,6 +57,14 @@ class Unreadable:
     step: int | None = None
 
 
+@dataclass
+class Unsettled:
+    """A checkpoint file still being written when the run ended; recorded so that the next run reads it."""
+
+    path: str
+    step: int | None = None
+
+
 class CheckpointSource(Protocol):
     """What :class:`~simeval.launch.pipeline.Pipeline` takes checkpoints from: a source of weights."""
 
@@ -60,6 +73,9 @@ class CheckpointSource(Protocol):
 
     def take(self) -> Checkpoint | Unreadable | None:
         """The next checkpoint (or an Unreadable file to record as failed), or None if there is none now."""
+
+    def left(self, until: int | None, judge: bool = True) -> list[Checkpoint | Unreadable | Unsettled]:
+        """At the end of the run: the files seen but never handed out, below ``until`` (see :meth:`Watcher.left`)."""
 
 
 class One:
@@ -74,6 +90,10 @@ class One:
             self.done = True
             return None
         return self.items.pop()
+
+    def left(self, until: int | None, judge: bool = True) -> list[Checkpoint | Unreadable | Unsettled]:
+        """Nothing: the one checkpoint is handed out at once."""
+        return []
 
 
 def checkpoint_name(path: str, watch_dir: str | None) -> str:
@@ -112,6 +132,7 @@ class Watcher:
         self.stop = stop
         self.poll_interval = poll_interval
         self._steps: dict[str, tuple[tuple[int, int], int]] = {}  # name -> ((size, mtime_ns), step)
+        self._settling: dict[str, tuple[str, int | None]] = {}  # skipped while written: name -> (path, step)
         self.done = False
 
     def __iter__(self) -> Iterator[Checkpoint | Unreadable]:
@@ -143,9 +164,12 @@ class Watcher:
                 try:
                     ready.append((self._step_of(name, path), name, path))
                 except (FileNotFoundError, CheckpointError) as exc:
-                    if not os.path.exists(path) or (not final and _settling(path)):
-                        continue  # rotated away between listing and peeking, or still being written
-                    self.seen.add(name)
+                    if not os.path.exists(path):
+                        continue  # rotated away between listing and peeking
+                    if not final and _settling(path):
+                        self._settling[name] = (path, None)
+                        continue
+                    self._mark(name)
                     return Unreadable(path, str(exc))
             if not ready:
                 return None
@@ -154,15 +178,51 @@ class Watcher:
                 ck = load_checkpoint(path, self.format, max_bytes=self.max_bytes, within=self.directory)
             except CheckpointError as exc:
                 if not os.path.exists(path):
-                    self.seen.add(name)
+                    self._mark(name)
                     print(f"checkpoint {name} disappeared before its evaluation; skipped.", flush=True)
                     continue
                 if not final and _settling(path):
+                    self._settling[name] = (path, step)
                     return None  # a later scan reads it whole
-                self.seen.add(name)
+                self._mark(name)
                 return Unreadable(path, str(exc), step)
-            self.seen.add(name)
+            self._mark(name)
             return ck
+
+    def _mark(self, name: str) -> None:
+        """``name`` is handed out (or gone): never again."""
+        self.seen.add(name)
+        self._settling.pop(name, None)
+
+    def left(self, until: int | None, judge: bool = True) -> list[Checkpoint | Unreadable | Unsettled]:
+        """The files skipped while being written and never handed out, each once, as the run ends.
+
+        ``judge``: each is read now: a checkpoint below ``until`` (None: any) to evaluate, an Unreadable, or an
+        Unsettled when it is still changing; one whose step is at or past ``until`` is left out. Else (a stop
+        by signal) each is an Unsettled.
+        """
+        out: list[Checkpoint | Unreadable | Unsettled] = []
+        for name, (path, step) in sorted(self._settling.items()):
+            self._mark(name)
+            if not os.path.exists(path) or (step is not None and until is not None and step >= until):
+                continue
+            item = self._judge(name, path, until) if judge and not _settling(path) else Unsettled(path, step)
+            if item is not None:
+                out.append(item)
+        return out
+
+    def _judge(self, name: str, path: str, until: int | None) -> Checkpoint | Unreadable | None:
+        """The file at ``path``, no longer changing: loaded, an Unreadable, or None (past ``until``, or gone)."""
+        step = None
+        try:
+            step = self._step_of(name, path)
+            if until is not None and step >= until:
+                return None
+            return load_checkpoint(path, self.format, max_bytes=self.max_bytes, within=self.directory)
+        except FileNotFoundError:
+            return None
+        except CheckpointError as exc:
+            return Unreadable(path, str(exc), step) if os.path.exists(path) else None
 
     def _candidates(self) -> list[tuple[str, str]]:
         """Checkpoint files not yet seen, as (name relative to the directory, path).

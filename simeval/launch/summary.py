@@ -1,7 +1,8 @@
 """The table a launcher run ends with: one row per evaluation, the failures and how to retry them.
 
 :class:`RunSummary` is filled by the pipeline as outcomes are recorded (an ok
-line, a failed line, a checkpoint that could not be read) and printed once at
+line, a failed line, a checkpoint that could not be read, a watched file still
+being written when the run ended: ``unsettled``) and printed once at
 the end of the run (also after a stop by signal). Plain text, so that a Slurm
 log shows the same table a terminal does. With ``--video`` it names each
 evaluation's MP4 (``<out>/videos/step_<step>.mp4``) under the table.
@@ -66,31 +67,41 @@ class RunSummary:
         """Add the failed evaluation ``label`` and its one-line ``reason``."""
         self.rows.append(Row(label, "failed", wall_s=wall_s, reason=reason))
 
+    def unsettled(self, label: str, reason: str) -> None:
+        """Add ``label``, a watched file still being written when the run ended (the next run reads it)."""
+        self.rows.append(Row(label, "unsettled", reason=reason))
+
     def render(self, retry: bool = True) -> str:
-        """The table, then each failure's reason and (``retry``) the command that evaluates them again."""
+        """The table, then each failure's reason and (``retry``) the command that evaluates them again, then each
+        unsettled file."""
         if not self.rows:
             return "summary: nothing evaluated in this run"
         width = max(len("evaluation"), *(len(r.label) for r in self.rows))
-        lines = [f"summary: {len(self.rows)} evaluation(s), {sum(r.status != 'ok' for r in self.rows)} failed"]
+        unsettled = [r for r in self.rows if r.status == "unsettled"]
+        failed = [r for r in self.rows if r.status == "failed"]
+        head = f"summary: {len(self.rows)} evaluation(s), {len(failed)} failed"
+        lines = [head + (f", {len(unsettled)} unsettled" if unsettled else "")]
+        status = max(6, *(len(r.status) for r in self.rows))
         lines.append(
-            f"{'evaluation':<{width}}  {'status':<6}  {'mean':>10}  {'95% CI':>21}  {'episodes':>8}  {'wall':>8}"
+            f"{'evaluation':<{width}}  {'status':<{status}}  {'mean':>10}  {'95% CI':>21}  {'episodes':>8}  {'wall':>8}"
         )
         for r in self.rows:
             ci = f"[{_num(r.low)}, {_num(r.high)}]" if r.low is not None and r.high is not None else "-"
             episodes = str(r.episodes) if r.episodes is not None else "-"
-            lines.append(
-                f"{r.label:<{width}}  {r.status:<6}  {_num(r.mean):>10}  {ci:>21}  {episodes:>8}  {_wall(r.wall_s):>8}"
-            )
+            row = f"{r.label:<{width}}  {r.status:<{status}}  {_num(r.mean):>10}  {ci:>21}  {episodes:>8}"
+            lines.append(f"{row}  {_wall(r.wall_s):>8}")
         videos = [r for r in self.rows if r.video]
         if videos:
             lines.append("videos:")
             lines += [f"  {r.label}: {r.video}" for r in videos]
-        failed = [r for r in self.rows if r.status != "ok"]
         if failed:
             lines.append("failed:")
             lines += [f"  {r.label}: {r.reason}" for r in failed]
             if retry:
                 lines.append(f"retry them with: {retry_command()}")
+        if unsettled:
+            lines.append("unsettled (the same command again reads them):")
+            lines += [f"  {r.label}: {r.reason}" for r in unsettled]
         return "\n".join(lines)
 
 
