@@ -97,7 +97,7 @@ def _unpack(obj: dict) -> Any:
     return obj
 
 
-_SCALAR, _MAP, _ARRAY, _STR, _BIN, _EXT = range(6)
+_SCALAR, _MAP, _ARRAY, _STR, _BIN, _EXT, _UNUSED = range(7)
 
 
 def _table() -> list[tuple[int, int, int]]:
@@ -116,8 +116,9 @@ def _table() -> list[tuple[int, int, int]]:
     sized |= {0xDC: (_ARRAY, 2), 0xDD: (_ARRAY, 4), 0xDE: (_MAP, 2), 0xDF: (_MAP, 4)}
     for b, (kind, width) in sized.items():
         table[b] = (kind, width, 0)
-    for b in (0xC1, *range(0xC7, 0xCA), *range(0xD4, 0xD9)):
+    for b in (*range(0xC7, 0xCA), *range(0xD4, 0xD9)):
         table[b] = (_EXT, 0, 1)
+    table[0xC1] = (_UNUSED, 0, 1)
     return table
 
 
@@ -162,6 +163,8 @@ def check(data: bytes | bytearray | memoryview) -> None:
         kind, n, fixed = _TABLE[data[pos]]
         if kind == _EXT:
             raise WireError(f"an extension type (byte 0x{data[pos]:02x} at {pos}): not part of the protocol.")
+        if kind == _UNUSED:
+            raise WireError(f"not a msgpack message: byte 0xc1 (at {pos}) is never used.")
         pos += 1
         if kind == _SCALAR:
             pos += n
