@@ -42,6 +42,7 @@ ERROR_KINDS = {
     "plan": RETRY_ON_RESUME,  # it needs another env or policy than the run evaluates, or other settings
     "worker": RETRY_ON_RESUME,  # the worker died, did not start in time, or was lost with its node
     "checkpoint": RETRY_WITH_FLAG,  # the file could not be read, or was refused
+    "unsettled": RETRY_ON_RESUME,  # a watched file still being written when the run ended
     "evaluation": RETRY_WITH_FLAG,  # building its policy or running its round raised (weights that do not fit)
 }
 """A failed line's ``error_kind`` -> its ``retry``: who evaluates it again (a resume by itself, or the flag)."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from simeval.launch.build import checkpoint_fields, record_context, run_settings
 from simeval.launch.session import plan_record
 from simeval.launch.sources import UNSETTLED, checkpoint_name
-from simeval.records import RETRY_ON_RESUME, failed_record, make_record
+from simeval.records import failed_record, make_record
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -89,6 +89,4 @@ def failed_line(
 def unsettled_line(cfg: LaunchConfig, path: str, step: int | None, context: dict[str, Any]) -> dict[str, Any]:
     """The line of watched file ``path``, still being written when the run ended: failed (``error``
     :data:`~simeval.launch.sources.UNSETTLED`), and read again by the next run (``retry: "resume"``)."""
-    record = failed_line(cfg, path, UNSETTLED, step, "checkpoint", context)
-    record["retry"] = RETRY_ON_RESUME
-    return record
+    return failed_line(cfg, path, UNSETTLED, step, "unsettled", context)

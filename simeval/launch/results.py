@@ -211,6 +211,9 @@ def resume_from(
     return out
 
 
+_ON_RESUME = "a plan mismatch, a lost worker or a file still being written"
+
+
 def failures_line(noun: str, retried: int, left: int, retry_failed: bool) -> str | None:
     """The one line a resume prints about earlier failures: how many, which it retries, and how to retry the rest."""
     failed = retried + left
@@ -220,8 +223,8 @@ def failures_line(noun: str, retried: int, left: int, retry_failed: bool) -> str
     if retry_failed:
         return head + "evaluating them again (--retry-failed)."
     if not left:
-        return head + "evaluating them again (a plan mismatch or a lost worker, not the file)."
-    again = f"{retried} evaluated again now (a plan mismatch or a lost worker), " if retried else ""
+        return head + f"evaluating them again ({_ON_RESUME})."
+    again = f"{retried} evaluated again now ({_ON_RESUME}), " if retried else ""
     return (
         head + again + f"{left} left as failed (the file was unreadable or refused, or its evaluation raised): "
         "add --retry-failed to evaluate them again."
