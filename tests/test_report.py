@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 
+import pytest
 from helpers import const_policy, count_env
 
 from simeval import Evaluator
@@ -271,3 +272,108 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_report_quietly(tmp_path):
         proc = _pipe(cmd)
         assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
         assert proc.returncode in (0, 141), (cmd, proc.returncode, proc.stderr)
+
+
+# -- the compare table in plain words (issue 45 item 4) ---------------------------------------------------------
+
+_SUITE = """\
+name: words
+episodes: 16
+seed: 0
+num_envs: 4
+max_steps: 50
+tasks:
+  - env: HalfCheetah-v5
+    reference: {low: -300.0, high: 12000.0}
+    conditions:
+      nominal: {}
+      noisy: {observation_noise: 3.0}
+"""
+
+
+def _adaptive_run(tmp_path_factory, *extra: str) -> tuple[str, str, str]:
+    """A two-cell suite run of the shipped first and final checkpoints, adaptively: (out, launcher's, report's stdout).
+
+    ``nominal`` is decided at its first look; ``noisy`` runs to its budget, inconclusive.
+    """
+    from launch_helpers import cli as launch
+
+    from simeval.checkpoints.shipped import SHIPPED_RUN
+
+    root = tmp_path_factory.mktemp("words")
+    (root / "suite.yaml").write_text(_SUITE)
+    out = root / "out"
+    proc = launch("--suite", str(root / "suite.yaml"), "--checkpoint", os.path.join(SHIPPED_RUN, "step_001001472.pt"),
+                  "--baseline", os.path.join(SHIPPED_RUN, "step_000126976.pt"), "--until-decided", "--look-every", "8",
+                  "--out", str(out), *extra)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = subprocess.run([sys.executable, "-m", "simeval.report", "compare", str(out / "a"), str(out / "b")],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    return str(out), proc.stdout, report.stdout
+
+
+@pytest.fixture(scope="module")
+def anytime(tmp_path_factory) -> tuple[str, str, str]:
+    return _adaptive_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory) -> tuple[str, str, str]:
+    return _adaptive_run(tmp_path_factory, "--design", "planned", "--max-episodes", "8")
+
+
+def _compare_rows(stdout: str) -> dict[str, list[str]]:
+    """The compare table's rows by condition (``*`` for the aggregate), split on whitespace."""
+    rows = [line.split() for line in stdout.splitlines()]
+    return {row[1]: row for row in rows if len(row) > 8 and row[0] in ("HalfCheetah-v5", "*")}
+
+
+def test_the_compare_table_has_a_legend_in_plain_words_under_it(anytime):
+    _out, _launcher, report = anytime
+    lines = report.splitlines()
+    legend = lines.index("legend (the columns in plain words):")
+    assert legend > next(i for i, line in enumerate(lines) if line.startswith("*"))  # under the table
+    words = "\n".join(lines[legend:])
+    assert "B - A [CI]: B's mean minus A's, then the range the true difference B - A lies in, 95% for the whole " \
+        "table at once, valid at any look" in words  # fmt: skip
+    for column in ("mean A, mean B:", "verdict:", "method:", "episodes: per checkpoint", "stop:", "pairing gain:",
+                   "share B ahead:"):  # fmt: skip
+        assert f"\n  {column}" in words, column
+    # The statisticians' words are kept, below the legend, in a details block.
+    assert lines.index("details (the statistics behind the table: docs/statistics.md):") > legend
+    assert "family: alpha 0.05 over 2 rows" in words and "t-mixture CS = " in words
+    assert "Bonferroni" not in "\n".join(lines[:legend])
+
+
+def test_the_aggregate_row_names_its_units(anytime):
+    _out, _launcher, report = anytime
+    aggregate = next(line for line in report.splitlines() if line.startswith("*"))
+    assert "  normalised: fraction of reference width  mean of intervals  " in aggregate
+    assert "  *: all cells together, normalised: fraction of reference width" in report
+
+
+def test_the_launcher_and_the_report_count_the_same_episodes_per_checkpoint(anytime):
+    _out, launcher, report = anytime
+    used = next(line for line in launcher.splitlines() if line.startswith("episodes used:"))
+    per_checkpoint = int(used.split("per checkpoint: ")[1].split()[0])
+    rows = _compare_rows(report)
+    assert int(rows["*"][-1]) == per_checkpoint == int(rows["nominal"][-4]) + int(rows["noisy"][-4])
+    assert "episodes: per checkpoint" in report
+
+
+def test_an_inconclusive_anytime_cell_prints_the_command_that_continues_it(anytime):
+    out, _launcher, report = anytime
+    noisy = _compare_rows(report)["noisy"]
+    assert noisy[7:11] == ["inconclusive", "next:", "--max-episodes", "32"]
+    step = next(line for line in report.splitlines() if line.startswith("next: HalfCheetah-v5 / noisy:"))
+    assert "continue the run" in step and f"--max-episodes 32 and --out {shlex.quote(out)}" in step
+
+
+def test_an_inconclusive_planned_cell_says_it_cannot_be_extended(planned):
+    _out, _launcher, report = planned
+    noisy = _compare_rows(report)["noisy"]
+    assert noisy[7:14] == ["inconclusive", "next:", "plan", "spent,", "a", "new", "run"], noisy
+    step = next(line for line in report.splitlines() if line.startswith("next: HalfCheetah-v5 / noisy:"))
+    assert "cannot be extended" in step and "launch a new run with a larger plan (--max-episodes 16)" in step
+    assert "next: plan spent, a new run" in report

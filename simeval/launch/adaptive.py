@@ -614,9 +614,10 @@ class Looks:
         rows = [f"{'cell':<{width}}  {head:<{shown_width}}  {'episodes':>8}  stop"]
         rows += [f"{name:<{width}}  {shown:<{shown_width}}  {n:>8}  {why}" for name, shown, n, why in cells]
         each = " x 2 checkpoints" if decided else ""
+        sides = len(self.sides)
         rows.append(
             f"episodes used: {used} of the {fixed} a fixed run evaluates ({len(self.runs)} cell(s) x max episodes"
-            f"{each}): {100 * used / fixed:.0f}%"
+            f"{each}): {100 * used / fixed:.0f}%; per checkpoint: {used // sides} of {fixed // sides}"
         )
         return "\n".join(rows)
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from simeval.report.comparison import METHODS, CellResult, Comparison
+from simeval.report.comparison import METHODS, UNFINISHED, CellResult, Comparison
 
 VERDICT = "verdict"
+NOTE = "note"
 SUCCESS_VERDICT = "success verdict (McNemar)"
 # Columns whose cells are numbers (right-aligned); the others are words.
 NUMERIC = ("mean A", "mean B", "B - A [CI]", "episodes", "pairing gain", "share B ahead", "success A", "success B")
@@ -106,7 +109,7 @@ def header_lines(comparison: Comparison) -> list[str]:
     lines = [
         f"A: {c.label_a}  {_run_steps(c.steps_a)}",
         f"B: {c.label_b}  {_run_steps(c.steps_b)}",
-        family_line(c) + " (said of B against A)",
+        f"B against A, {_level(1 - c.family_error)} sure of every verdict in the table at once",
     ]
     return [shown(line) for line in lines]
 
@@ -126,27 +129,142 @@ def aggregate_line(comparison: Comparison) -> str:
     )
 
 
+LEGEND = "legend (the columns in plain words):"
+DETAILS = "details (the statistics behind the table: docs/statistics.md):"
+UNITS = {
+    "reference": "normalised: fraction of reference width",
+    "bounds": "normalised: fraction of bounds' width",
+    "raw": "raw: the tasks' own units",
+}
+
+
+def _interval_words(comparison: Comparison) -> str:
+    """How the table's intervals hold: at any look (adaptive cells), or after the planned number of episodes."""
+    kinds = {cell.looks is not None for cell in comparison.cells}
+    if kinds == {True}:
+        return "valid at any look"
+    if kinds == {False}:
+        return "for the episodes played"
+    return "valid at any look for an adaptive cell"
+
+
+def _equivalent(margin: float) -> str:
+    return f"; equivalent: it lies inside (-{margin:g}, {margin:g}) (--margin)" if margin > 0 else ""
+
+
+def legend_lines(comparison: Comparison) -> list[str]:
+    """What each column means, in words a robotics engineer reads at a glance (the technical terms: details)."""
+    c = comparison
+    level = _level(1 - c.family_error)
+    lines = [
+        LEGEND,
+        "  mean A, mean B: each checkpoint's mean return on the cell's episodes (the same episodes for both)",
+        f"  B - A [CI]: B's mean minus A's, then the range the true difference B - A lies in, {level} for the whole "
+        f"table at once, {_interval_words(c)}",
+        "  verdict: better/worse: the whole range lies above/below 0; inconclusive: it still holds 0 (more episodes "
+        "may tell)" + _equivalent(c.margin),
+        "  method: how the range was computed (details below)",
+        "  episodes: per checkpoint: how many episodes each of A and B played on the cell; the * row: their sum over "
+        "cells (the launcher's 'episodes used' line gives it as 'per checkpoint')",
+        "  stop: fixed: a set number of episodes; decided: the verdict was clear; budget: --max-episodes was reached "
+        "first; equivalent, precise; unfinished: the run ended before a stop",
+        "  pairing gain: x2.0: an unpaired test (other episodes for A and B) would need twice the episodes for the "
+        "same range; below x1, playing the same episodes did not help",
+        "  share B ahead: the share of episodes on which B scored higher than A, ties half (a description, not a test)",
+        f"  *: all cells together, {UNITS[c.aggregate.normalised_by]} (each cell's difference divided by it, then "
+        "averaged, cells weighted equally)",
+    ]
+    if _has_success(c):
+        lines.append("  success A, success B: success rates; success verdict: B's success against A's, as above")
+    if any(_note(cell) for cell in c.cells):
+        lines.append("  note: for an inconclusive cell, what to do next (its next: line below)")
+    return lines
+
+
+def _plan(cell: CellResult) -> dict:
+    """The look plan an adaptive cell's lines record (``sequential``), or an empty one."""
+    plan = cell.record_a.get("sequential")
+    return plan if isinstance(plan, dict) else {}
+
+
+def _planned(cell: CellResult) -> bool:
+    """Whether the cell's run planned its looks (``--design planned``): its budget cannot be raised."""
+    return cell.paired.method == "group-sequential" or _plan(cell).get("design") == "planned"
+
+
+def _note(cell: CellResult) -> str:
+    """The note column of an inconclusive cell: the next step in a few words."""
+    if cell.verdict != "inconclusive":
+        return ""
+    if cell.looks is None:
+        return "next: a new run, more --episodes"
+    if _planned(cell):
+        return "next: plan spent, a new run"
+    if cell.stop == UNFINISHED:
+        return "next: resume the run"
+    return f"next: --max-episodes {_more(cell)}"
+
+
+def _more(cell: CellResult) -> int:
+    """A larger budget for a cell: twice its plan's ``max_episodes`` (twice its episodes when unrecorded)."""
+    budget = _plan(cell).get("max_episodes")
+    return 2 * int(budget) if isinstance(budget, int | float) and budget > 0 else 2 * cell.paired.n
+
+
+def _out_dir(comparison: Comparison) -> str | None:
+    """The launcher's ``--out`` of a two-checkpoint run: the parent of its ``a`` and ``b`` directories."""
+    a, b = (os.path.normpath(d) for d in (comparison.dir_a, comparison.dir_b))
+    if (os.path.basename(a), os.path.basename(b)) == ("a", "b") and os.path.dirname(a) == os.path.dirname(b):
+        return os.path.dirname(a) or "."
+    return None
+
+
+def _next_step(comparison: Comparison, cell: CellResult) -> str:
+    """What to do about one inconclusive cell."""
+    name = f"{cell.task} / {cell.condition}"
+    n = cell.paired.n
+    if cell.looks is None:
+        return (
+            f"{name}: inconclusive after {n} episodes per checkpoint: a fixed-n comparison cannot be extended; "
+            f"evaluate both checkpoints again with more episodes (--episodes {2 * n}) into a new --out"
+        )
+    budget = _plan(cell).get("max_episodes", n)
+    if _planned(cell):
+        return (
+            f"{name}: inconclusive at the end of its planned looks ({budget} episodes per checkpoint): a planned "
+            f"(group-sequential) run cannot be extended, its boundaries are fixed by its budget; launch a new run "
+            f"with a larger plan (--max-episodes {_more(cell)}) into a new --out"
+        )
+    out = _out_dir(comparison)
+    same_out = f"--out {shlex.quote(out)}" if out else "the same --out"
+    if cell.stop == UNFINISHED:
+        return f"{name}: the run ended before this cell stopped: run the launcher's command again ({same_out})"
+    return (
+        f"{name}: inconclusive after {n} episodes per checkpoint (--max-episodes {budget}): continue the run, its "
+        f"looks kept: the launcher's command with --max-episodes {_more(cell)} and {same_out} (the range stays "
+        "valid at any look)"
+    )
+
+
+def next_steps(comparison: Comparison) -> list[str]:
+    """One line per inconclusive cell: the command or flag that continues it, or why it cannot be continued."""
+    steps = [_next_step(comparison, cell) for cell in comparison.cells if cell.verdict == "inconclusive"]
+    return [f"next: {line}" for line in steps]
+
+
 def footer_lines(comparison: Comparison) -> list[str]:
-    """The lines below the table: the aggregate, what the columns mean, warnings, cells only one run has
-    (control characters escaped: :func:`shown`)."""
+    """The lines below the table: the legend, each inconclusive cell's next step, the statistical details,
+    warnings, cells only one run has (control characters escaped: :func:`shown`)."""
     c = comparison
     methods = [m for m in METHODS if any(cell.paired.method == m for cell in c.cells)]
-    lines = [
-        aggregate_line(c),
-        "method: " + "; ".join(f"{m} = {METHODS[m]}" for m in methods),
-        "stop: fixed (a fixed number of episodes), or why an adaptive run's cell stopped (decided, equivalent, "
-        "precise, budget; unfinished: its lines end before a stop)",
-        "pairing gain: how many times the episodes an unpaired comparison would need for the same interval",
-        "share B ahead: the share of episodes on which B scored higher than A, ties half (a description, not a test)",
-    ]
+    lines = [*legend_lines(c), *next_steps(c), DETAILS, "  " + family_line(c), "  " + aggregate_line(c)]
+    lines.append("  method: " + "; ".join(f"{m} = {METHODS[m]}" for m in methods))
     if any(cell.success is not None for cell in c.cells):
         keys = sorted({cell.success.key for cell in c.cells if cell.success is not None})
         lines.append(
-            f"success A, success B: success rates ({', '.join(keys)}); success verdict: McNemar's test on the "
+            f"  success A, success B: success rates ({', '.join(keys)}); success verdict: McNemar's test on the "
             "episodes where exactly one succeeded, at the cell's other half share"
         )
-    if c.margin > 0:
-        lines.append(f"equivalent: the interval lies inside (-{c.margin:g}, {c.margin:g}) (--margin)")
     lines += [f"warning: {w}" for w in c.warnings]
     for name, cells in (("A", c.only_a), ("B", c.only_b)):
         for task, condition in cells:
@@ -167,6 +285,7 @@ def columns(comparison: Comparison) -> tuple[str, ...]:
         "mean B",
         "B - A [CI]",
         VERDICT,
+        NOTE,
         "method",
         "episodes",
         "stop",
@@ -186,6 +305,7 @@ def _cell_row(c: CellResult, success: bool) -> tuple[str, ...]:
         f"{p.mean_b:.{d}f}",
         with_ci(p.diff.value, p.diff.low, p.diff.high, digits=d),
         p.verdict,
+        _note(c),
         p.method,
         str(p.n),
         c.stop,
@@ -195,9 +315,7 @@ def _cell_row(c: CellResult, success: bool) -> tuple[str, ...]:
     if not success:
         return row
     s = c.success
-    if s is None:
-        return (*row, "", "", "")
-    return (*row, f"{s.rate_a:.2f}", f"{s.rate_b:.2f}", s.verdict)
+    return (*row, *(("", "", "") if s is None else (f"{s.rate_a:.2f}", f"{s.rate_b:.2f}", s.verdict)))
 
 
 def table_rows(comparison: Comparison) -> list[tuple[str, ...]]:
@@ -213,6 +331,7 @@ def table_rows(comparison: Comparison) -> list[tuple[str, ...]]:
         f"{g.mean_b:.{d}f}",
         with_ci(g.diff.value, g.diff.low, g.diff.high, digits=d),
         g.verdict,
+        UNITS[g.normalised_by],
         "mean of intervals",
         str(g.episodes),
         "",
