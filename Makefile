@@ -134,7 +134,7 @@ demo: $(DEMO_STAMP)
 # --head` on this machine. Progress lines interleave in the log; each session prints its own summary, and CI
 # prints each lane's wall time.
 DOCKER_TESTS := tests/test_docker.py
-LONG_TESTS := tests/test_fuzz.py tests/test_faults.py tests/test_soak.py tests/test_out_reuse.py tests/test_remote_policy.py \
+LONG_TESTS := tests/test_fuzz.py tests/test_fuzz_server.py tests/test_server_hardening.py tests/test_faults.py tests/test_soak.py tests/test_out_reuse.py tests/test_remote_policy.py \
 	tests/test_serve_pixels.py
 # Every Python block and launcher command of README.md and docs/*.md (Sybil; docs/development.md, "The documentation").
 DOCS_TESTS := tests/test_docs_snippets.py
@@ -219,7 +219,7 @@ FUZZ_LAUNCHER_EXAMPLES ?= 200
 .PHONY: fuzz
 fuzz: $(STAMP)
 	SIMEVAL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SIMEVAL_FUZZ_LAUNCHER_EXAMPLES=$(FUZZ_LAUNCHER_EXAMPLES) $(PYTEST_ENV) \
-		$(PY) -m pytest -q -rs -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz.py
+		$(PY) -m pytest -q -rs -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz.py tests/test_fuzz_server.py
 
 # Faults on seeded schedules, one run per seed of FAULT_SEEDS (make test runs one seed): the launcher of a suite
 # SIGKILLed with torn lines (tests/test_faults.py), and eval workers, a raylet and the launcher killed on a

@@ -188,6 +188,7 @@ def results_keys(root: str) -> set[str]:
         "eval/episode_success_once": [1.0],
         "eval/workers": [{"node_id": "n", "host": "h", "pid": 1}],
         "eval/episode_seeds": [1],
+        "eval/episode_env_seeds": [1],
         "eval/episode_conditions/SETTING": [1.0],
     }
     cfg = types.SimpleNamespace(backend="thread")
