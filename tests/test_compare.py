@@ -1068,9 +1068,9 @@ def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, oracle, 
     assert sorted(dom.classes) == sorted(f"verdict {v}" for v in [*EXPECTED.values(), aggregate])
 
 
-def test_runs_of_one_step_and_one_cell_get_a_sentence_for_curves_and_the_singular(tmp_path):
-    """Each run evaluated at one step: no training-curves figure of two lone dots but a sentence saying so; one shared
-    cell: "the 1 cell", not "all 1 cells"."""
+def test_runs_of_one_step_and_one_cell_leave_the_curves_out_and_say_the_singular(tmp_path):
+    """Each run evaluated at one step: no training-curves section at all (no figure of two lone dots, no empty
+    section); the page is titled with the checkpoints' names; one shared cell: "the 1 cell", not "all 1 cells"."""
     x = np.random.default_rng(6).normal(100, 10, 16)
     a = _write(tmp_path / "a", [_line(*CELLS[0], 1000, x)])
     b = _write(tmp_path / "b", [_line(*CELLS[0], 1000, x + 5.0)])
@@ -1078,8 +1078,8 @@ def test_runs_of_one_step_and_one_cell_get_a_sentence_for_curves_and_the_singula
     proc = _cli("compare", a, b, "--html", str(page))
     assert proc.returncode == 0, proc.stderr
     text = page.read_text()
-    assert 'id="curves"' not in text and 'id="no-curves"' in text
-    assert "Each run was evaluated at one training step: no training curves to draw" in text
+    assert 'id="curves"' not in text and "Training curves" not in text
+    assert "<title>simeval compare: ck_1000.pt vs ck_1000.pt</title>" in text, re.findall("<title>.*</title>", text)
     assert "Over the 1 cell, B - A" in text and "all 1 cells" not in text
     assert len(re.findall(r'<img id="', text)) == 2  # sensitivity and profile
     c = _write(tmp_path / "c", [_line(*CELLS[0], 1000, x), _line(*CELLS[0], 2000, x + 1.0)])
@@ -1160,3 +1160,12 @@ def test_planned_looks_replay_their_group_sequential_design_and_another_budget_i
     proc = _cli("compare", run_a, _write(tmp_path / "c", lines_b))
     assert proc.returncode != 0
     assert "planned looks up to 50 episodes in" in proc.stderr and "and 60 in" in proc.stderr
+
+
+def test_the_performance_profile_is_drawn_over_the_scores_range():
+    """The profile's axis fits the data: scores in [2.1, 2.4] are not squeezed into an axis from 0 to 2.4."""
+    from simeval.report.html import profile_taus
+
+    taus = profile_taus(np.array([2.1, 2.25, 2.4]))
+    assert taus[0] == pytest.approx(2.1 - 0.006) and taus[-1] == pytest.approx(2.4 + 0.006)
+    assert profile_taus(np.array([0.5, 0.5]))[[0, -1]].tolist() == [0.0, 1.0]  # one value: half a unit either side

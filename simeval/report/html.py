@@ -180,6 +180,23 @@ def sensitivity_png(comparison: Comparison) -> str:
 
 
 @_plain
+def profile_taus(scores: np.ndarray, points: int = 201) -> np.ndarray:
+    """The thresholds a performance profile is drawn over: the scores' range and 2% of it either side."""
+    low, high = float(np.min(scores)), float(np.max(scores))
+    pad = 0.02 * (high - low) or 0.5
+    return np.linspace(low - pad, high + pad, points)
+
+
+def page_title(comparison: Comparison) -> str:
+    """``simeval compare: <A's checkpoint> vs <B's checkpoint>`` (a run's name where it spans several steps)."""
+    c = comparison
+
+    def name(label: str, steps: list[tuple[int, str]]) -> str:
+        return steps[0][1] if len(steps) == 1 and steps[0][1] else label
+
+    return f"simeval compare: {name(c.label_a, c.steps_a)} vs {name(c.label_b, c.steps_b)}"
+
+
 def profile_png(comparison: Comparison) -> str | None:
     """The performance profiles of A and B (fraction of episodes scoring above tau), over normalised scores."""
     if comparison.aggregate.normalised_by != "reference":
@@ -189,9 +206,7 @@ def profile_png(comparison: Comparison) -> str | None:
         low, high = c.reference or (0.0, 1.0)
         scores_a[f"{c.task} / {c.condition}"] = stats.normalized(c.returns_a, low, high)
         scores_b[f"{c.task} / {c.condition}"] = stats.normalized(c.returns_b, low, high)
-    values = np.concatenate([*scores_a.values(), *scores_b.values()])
-    low, high = float(np.min(values)), float(np.max(values))
-    taus = np.linspace(min(low, 0.0), max(high, 1.0), 201)
+    taus = profile_taus(np.concatenate([*scores_a.values(), *scores_b.values()]))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 4.8))
     for k, (label, s) in enumerate(((comparison.label_a, scores_a), (comparison.label_b, scores_b))):
@@ -201,6 +216,7 @@ def profile_png(comparison: Comparison) -> str | None:
     ax.set_xlabel("normalised score tau")
     ax.set_ylabel("fraction of episodes > tau (95% pointwise bootstrap band)")
     ax.set_ylim(-0.02, 1.02)
+    ax.set_xlim(taus[0], taus[-1])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -252,17 +268,13 @@ def html_page(comparison: Comparison) -> str:
     summary = esc(summary) + f'<strong class="aggregate-verdict">{esc(g.verdict)}</strong>.'
     summary += f'</p>\n<p class="note">{esc(aggregate_line(c))}.'
     profile = profile_png(c)
-    sections = ["<h2>Training curves</h2>"]
-    if has_curves(c):
+    sections = []
+    if has_curves(c):  # runs of one step each have none: the section is left out
         sections += [
+            "<h2>Training curves</h2>",
             '<p class="note">Mean return against training step, with its CI band; each task\'s first condition.</p>',
             f'<img id="curves" alt="training curves" src="{curves_png(c)}">',
         ]
-    else:
-        sections.append(
-            '<p class="note" id="no-curves">Each run was evaluated at one training step: no training curves to '
-            "draw (the table below compares those steps).</p>"
-        )
     sections += [
         "<h2>Per cell</h2>",
         f'<table id="cells"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>',
@@ -281,7 +293,7 @@ def html_page(comparison: Comparison) -> str:
             "bootstrap band: a description of the scores, not a test.</p>",
             f'<img id="profile" alt="performance profiles" src="{profile}">',
         ]
-    title = f"simeval compare: {c.label_a} vs {c.label_b}"
+    title = page_title(c)
     csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
     return (
         "<!DOCTYPE html>\n"
