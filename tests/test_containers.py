@@ -31,7 +31,7 @@ def test_the_image_runs_as_a_non_root_user_with_egl_rendering():
     text = open(os.path.join(REPO, "containers", "Dockerfile")).read()
     assert "USER 1000:1000" in text and "MUJOCO_GL=egl" in text
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,graphics,utility" in text
-    assert 'ENTRYPOINT ["python", "-m", "simeval.launch"]' in text
+    assert 'ENTRYPOINT ["simeval-launch"]' in text  # not python -m: the working directory stays off sys.path
 
 
 def _final_user(text: str) -> str:
@@ -47,7 +47,9 @@ def test_the_isaaclab_image_installs_into_isaac_sims_python_headless_and_non_roo
         assert var in text, var
     # Isaac Sim's torch is kept: simeval is installed against a constraint on what the image has
     assert "--constraint /tmp/keep.txt" in text and "pip freeze" in text
-    assert 'ENTRYPOINT ["/isaac-sim/python.sh", "-m", "simeval.launch"]' in text
+    from simeval.backends.bootstrap import entry_code
+
+    assert f'ENTRYPOINT ["/isaac-sim/python.sh", "-c", "{entry_code("simeval.launch", "main_exit")}"]' in text
 
 
 def test_the_apptainer_definition_converts_the_docker_image_and_runs_the_launcher():
@@ -55,4 +57,4 @@ def test_the_apptainer_definition_converts_the_docker_image_and_runs_the_launche
     header = dict(line.split(":", 1) for line in text.splitlines() if line and not line[0].isspace() and ":" in line)
     assert header["Bootstrap"].strip() == "docker-daemon" and header["From"].strip() == "simeval:latest"
     runscript = text.split("%runscript", 1)[1].split("%", 1)[0]
-    assert 'exec python -m simeval.launch "$@"' in runscript
+    assert 'exec simeval-launch "$@"' in runscript
