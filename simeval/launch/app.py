@@ -183,7 +183,8 @@ def check_reuse(parsed: Parsed, log: ResultsLog, suite: Suite | None, ck: Checkp
 
 
 def evaluated_before(parsed: Parsed, log: ResultsLog, ck: Checkpoint | None) -> dict[str, Any] | None:
-    """The newest ok line of a plain run in ``log`` about ``ck``'s file (its SHA-256) with this run's settings.
+    """The newest ok line of a plain run in ``log`` about ``ck``'s file (its SHA-256) with this run's settings
+    and the metrics of its ``--info-keys``.
 
     None for a run that is not ``--checkpoint``'s, a checkpoint without a digest, or one not evaluated so.
     """
@@ -197,9 +198,16 @@ def evaluated_before(parsed: Parsed, log: ResultsLog, ck: Checkpoint | None) -> 
     for record in reversed(list(log.records())):
         if record.get("checkpoint_sha256") != ck.sha256 or "task" in record or "look" in record:
             continue
-        if record.get("status") == "ok" and not other_settings([record], lambda _: now):
+        if record.get("status") == "ok" and not other_settings([record], lambda _: now) and _measures(record, cfg):
             return record
     return None
+
+
+def _measures(record: dict[str, Any], cfg: LaunchConfig) -> bool:
+    """Whether ``record`` has the metric of every ``--info-keys`` key this run asks for (``a/b`` for a nested one)."""
+    metrics = record.get("metrics") or {}
+    keys = [key if isinstance(key, str) else "/".join(key) for key in cfg.info_keys]
+    return all(key in metrics for key in keys)
 
 
 def _env_of(cfg: LaunchConfig, explicit: set[str], ck: Checkpoint | None) -> str | None:
