@@ -4,11 +4,13 @@ policy server.
 Built in the worker by :func:`simeval.policy_kinds.remote.remote_policy`. One WebSocket
 connection per worker, opened when the client is built (the server's metadata says its
 chunk length) and again at the next call after any failure, so a round after a server
-restart reconnects. A call sends one request per row back to back, then reads the replies
-in order within ``timeout_s``; every fault (no server, a closed connection, no reply in
-time, a text frame, a reply without ``actions``, a wrong shape, NaN, a message over the size
-cap) is a :class:`RemotePolicyError` in one line naming the server, and the round fails
-with it (an ``EvalError``).
+restart reconnects. A call sends one request per row back to back, each tagged with the call's
+id and its number of requests (``simeval/step``, ``simeval/step_requests``: serve_policy answers
+the call in one forward pass, the rows an in-process call would compute together; openpi's
+servers ignore the keys), then reads the replies in order within ``timeout_s``; every fault
+(no server, a closed connection, no reply in time, a text frame, a reply without ``actions``, a
+wrong shape, NaN, a message over the size cap) is a :class:`RemotePolicyError` in one line
+naming the server, and the round fails with it (an ``EvalError``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from simeval.policy_kinds.wire import TOKEN_ENV, WireError, packb, unpackb
+from simeval.policy_kinds.wire import STEP_KEY, STEP_REQUESTS_KEY, TOKEN_ENV, WireError, packb, unpackb
 
 MAX_CHUNK = 4096  # actions in one reply: openpi's policies send tens
 
@@ -72,6 +74,7 @@ class RemoteClientPolicy(TensorDictModuleBase):
             raise ValueError(f"a remote policy's chunk must be in 1..{MAX_CHUNK}, got {chunk}.")
         self._ws: Any = None
         self._chunk = chunk
+        self._steps = 0  # the calls sent: each call's requests carry its number (STEP_KEY)
         self.metadata = self._connect()
 
     # -- connection ------------------------------------------------------
@@ -217,10 +220,12 @@ class RemoteClientPolicy(TensorDictModuleBase):
             self.metadata = self._connect()
         from websockets.exceptions import ConnectionClosed
 
+        self._steps += 1
+        step = {STEP_KEY: self._steps, STEP_REQUESTS_KEY: len(states)}
         try:
             for i, row in enumerate(states):
                 request = {self.keys["state"]: row, **{key: image[i] for key, image in images.items()}}
-                self._ws.send(packb({**request, **self.prompt}))
+                self._ws.send(packb({**request, **self.prompt, **step}))
         except (ConnectionClosed, OSError):
             self.close()
             raise RemotePolicyError(f"the policy server at {self.url} closed the connection.") from None

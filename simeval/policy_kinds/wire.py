@@ -24,6 +24,10 @@ from typing import Any
 
 TOKEN_ENV = "SIMEVAL_POLICY_SERVER_TOKEN"  # noqa: S105 - a variable's name, not a token: Api-Key <its value>
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 2**20  # 16 MiB: a 224x224x3 image is 150 KiB; a state vector is bytes
+# simeval's client tags each request of one policy call (a worker's step) with the call's id and its request count,
+# so that serve_policy answers a step in one forward pass (serve_policy.batching); openpi's servers ignore the keys.
+STEP_KEY = "simeval/step"
+STEP_REQUESTS_KEY = "simeval/step_requests"
 _KINDS = frozenset("biuf")  # bool, signed, unsigned, floating
 
 # What the protocol needs: a message is a map of a few dozen keys; an array is a map of 4 keys holding its shape (a

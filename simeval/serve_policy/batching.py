@@ -9,6 +9,16 @@ windows, ``max_batch`` requests), takes the queued requests one connection at a 
 (round-robin, each connection's in order), stacks each field, runs one forward pass in a worker
 thread, and answers each.
 
+A pass holds whole client steps: simeval's client tags each request with its step
+(:data:`~simeval.policy_kinds.wire.STEP_KEY`, an id, and :data:`~simeval.policy_kinds.wire.STEP_REQUESTS_KEY`,
+how many requests the step sends), and a step's requests go into one pass together, once all
+have come (a step of more than ``max_batch`` requests fills whole passes; one left partial by a
+connection at its in-flight cap, or followed by another step, goes as it is). One client's pass
+then holds the rows its in-process policy call would: the same float32 operations, the same
+actions to the last bit. A request without the tag (openpi's client) is a step of its own, as
+before. Round-robin turns take a whole step of each connection; a step that does not fit the
+pass's room waits for the next pass.
+
 One connection cannot starve the others: it has at most ``max_in_flight`` requests (and
 ``max_in_flight_bytes`` of them) read and not yet answered, past which the server stops reading
 it (TCP pushes back on the client); every connection is read one message per turn; a pass holds
@@ -37,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from simeval.policy_kinds.wire import WireError, packb, unpackb
+from simeval.policy_kinds.wire import STEP_KEY, STEP_REQUESTS_KEY, WireError, packb, unpackb
 
 DEFAULT_MAX_IN_FLIGHT = 1024  # requests of one connection read and not yet answered: 1024 sub-envs' step
 DEFAULT_MAX_IN_FLIGHT_BYTES = 256 * 2**20  # their bytes: 256 sub-envs' step with 3 images of 224x224
@@ -118,10 +128,13 @@ class BatchStats:
 
 @dataclass(eq=False)
 class _Client:
-    """One connection's requests: queued for a pass (request, future) and in flight (read, not yet answered)."""
+    """One connection's requests: queued for a pass (request, future, step tag) and in flight (read, not yet
+    answered); ``step`` and ``step_taken``: the step whose first requests went into a pass already, and how many."""
 
     id: int
     queue: deque = field(default_factory=deque)
+    step: int | None = None
+    step_taken: int = 0
     read: int = 0
     in_flight: int = 0
     in_flight_bytes: int = 0
@@ -254,12 +267,12 @@ class BatchingServer:
             if client.closed or ws.state is not State.OPEN:
                 return False  # read from the buffer of a connection closed meanwhile: nobody to answer
             try:
-                obs = self._request(message)
+                obs, step = self._request(message)
             except WireError as exc:
                 answers.put_nowait(f"simeval.serve_policy: bad request: {exc}")
                 return True
             future = loop.create_future()
-            client.queue.append((obs, future))
+            client.queue.append((obs, future, step))
             client.read += 1
             client.in_flight += 1
             client.in_flight_bytes += len(message)
@@ -288,17 +301,20 @@ class BatchingServer:
             return
         self._queued -= len(client.queue)
         self.stats.dropped += len(client.queue)
-        for _, future in client.queue:
+        for _, future, _ in client.queue:
             if not future.done():
                 future.set_result(None)
         client.queue.clear()
 
-    def _request(self, message: Any) -> tuple:
-        """A request's fields, in :attr:`fields`' order; WireError in one line for anything else."""
+    def _request(self, message: Any) -> tuple[tuple, tuple[int, int] | None]:
+        """A request's fields, in :attr:`fields`' order, and its step tag (id, requests; None: untagged or a tag
+        that is not two integers, the requests >= 1); WireError in one line for anything else."""
         if isinstance(message, str):
             raise WireError("a request is a binary msgpack message, not text.")
         request = unpackb(message)
-        return tuple(f.read(request) for f in self.fields)
+        step, count = request.get(STEP_KEY), request.get(STEP_REQUESTS_KEY)
+        tag = (step, count) if type(step) is int and type(count) is int and count >= 1 else None
+        return tuple(f.read(request) for f in self.fields), tag
 
     async def _write(self, ws: Any, answers: asyncio.Queue, client: _Client) -> None:
         """Send each request's answer in the order the requests came; an error line ends the connection."""
@@ -340,8 +356,8 @@ class BatchingServer:
             await self._arrived.wait()
             await self._window()
             batch = self._take()
-            if not self._queued:
-                self._arrived.clear()
+            if not any(self._unit(c) for c in self._clients.values()):
+                self._arrived.clear()  # nothing to take until a request arrives (a step's rest)
             if batch:
                 await self._run(batch)
 
@@ -357,19 +373,53 @@ class BatchingServer:
             ):
                 return
 
+    def _unit(self, client: _Client) -> int:
+        """How many of ``client``'s queued requests go into a pass together next (0: none yet): an untagged
+        request alone; a tagged step's requests once all have come (at most ``max_batch``), or those that came
+        where another step follows or the connection is at its cap (it sends no more until answered)."""
+        if not client.queue:
+            return 0
+        head = client.queue[0][2]
+        if head is None:
+            return 1
+        step, count = head
+        need = count - (client.step_taken if client.step == step else 0)
+        limit = min(max(need, 1), self.max_batch)
+        came = 0
+        for _, _, tag in client.queue:
+            if tag is None or tag[0] != step:
+                return came
+            came += 1
+            if came == limit:
+                return came
+        return came if self._full(client) else 0
+
     def _take(self) -> list[tuple[Any, asyncio.Future, _Client]]:
-        """At most ``max_batch`` queued requests, one of each waiting connection in turn (each connection's in
-        order), the first connection another at each pass."""
+        """At most ``max_batch`` queued requests, one step of each waiting connection in turn (each connection's in
+        order, a step whole: :meth:`_unit`; one that does not fit waits for the next pass), the first connection
+        another at each pass."""
         ready = [c for c in self._clients.values() if c.queue]
         if ready:
             turn = next(self._turns) % len(ready)
             ready = ready[turn:] + ready[:turn]
         batch: list[tuple[Any, asyncio.Future, _Client]] = []
         while ready and len(batch) < self.max_batch:
-            for client in ready[: self.max_batch - len(batch)]:
-                obs, future = client.queue.popleft()
-                batch.append((obs, future, client))
-            ready = [c for c in ready if c.queue]
+            again = []
+            for client in ready:
+                size = self._unit(client)
+                if not size or size > self.max_batch - len(batch):
+                    continue  # not all of its step has come, or it does not fit: a later pass
+                for _ in range(size):
+                    obs, future, step = client.queue.popleft()
+                    batch.append((obs, future, client))
+                if step is not None:
+                    client.step_taken = (client.step_taken if client.step == step[0] else 0) + size
+                    client.step = step[0]
+                if client.queue:
+                    again.append(client)
+                if len(batch) >= self.max_batch:
+                    break
+            ready = again
         self._queued -= len(batch)
         return batch
 
