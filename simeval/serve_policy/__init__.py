@@ -1,11 +1,12 @@
-"""``python -m simeval.serve_policy CHECKPOINT --port P [--host 127.0.0.1] [--token T]``: serve a checkpoint's policy.
+"""``simeval-serve-policy CHECKPOINT --port P [--host 127.0.0.1] [--token T]`` (or ``python -m simeval.serve_policy``):
+serve a checkpoint's policy.
 
 The checkpoint's deterministic action, its observation normaliser applied (what an in-process
 evaluation computes: :func:`simeval.checkpoint_policy.build_checkpoint_policy`), served over
 openpi's WebSocket + msgpack protocol (:mod:`simeval.policy_kinds.remote`): openpi's
 ``WebsocketClientPolicy`` and the launcher's ``--policy-server ws://HOST:P`` evaluate it.
 Requests of every connection are batched into one forward pass
-(:mod:`simeval.serve_policy.batching`).
+(:mod:`simeval.serve_policy.batching`), a simeval client's step whole.
 
 A policy that sees pixels (``--policy module:factory --cameras CAMERA ... --image-size N``) gets
 each request's images, openpi's uint8 ``[H, W, 3]``, as the env gives them in process:
@@ -34,6 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from simeval.backends.bootstrap import start_resource_tracker
 from simeval.checkpoint_policy import CheckpointPolicy, build_checkpoint_policy
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
@@ -195,6 +197,7 @@ def _check_origin(origin: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Serve as the command line ``argv`` (default: ``sys.argv[1:]``) says, until SIGINT or SIGTERM."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    start_resource_tracker()  # before the VecNorm lock (multiprocessing's) starts one that imports from the cwd
     try:
         require_extra(("websockets", "msgpack"), "remote", "python -m simeval.serve_policy")
         args = build_parser().parse_args(argv)
@@ -285,5 +288,5 @@ async def _serve(server: BatchingServer, host: str, port: int, what: str) -> int
 
 
 def main_exit() -> None:
-    """Console-script entry point (``python -m simeval.serve_policy``): :func:`run_command`."""
+    """Console-script entry point (``simeval-serve-policy``, ``python -m simeval.serve_policy``): run_command."""
     run_command(main)
