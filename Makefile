@@ -134,7 +134,7 @@ demo: $(DEMO_STAMP)
 # --head` on this machine. Progress lines interleave in the log; each session prints its own summary, and CI
 # prints each lane's wall time.
 DOCKER_TESTS := tests/test_docker.py
-LONG_TESTS := tests/test_fuzz.py tests/test_fuzz_server.py tests/test_server_hardening.py tests/test_faults.py tests/test_soak.py tests/test_out_reuse.py tests/test_remote_policy.py \
+LONG_TESTS := tests/test_fuzz.py tests/test_fuzz_server.py tests/test_server_hardening.py tests/test_remote_steps.py tests/test_faults.py tests/test_soak.py tests/test_out_reuse.py tests/test_remote_policy.py \
 	tests/test_serve_pixels.py
 # Every Python block and launcher command of README.md and docs/*.md (Sybil; docs/development.md, "The documentation").
 DOCS_TESTS := tests/test_docs_snippets.py
