@@ -311,12 +311,9 @@ def machine() -> str:
     import mujoco
     import torch
 
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    from simeval.demo.fingerprint import cpu_model
+
+    cpu = cpu_model()
     envpool = "not installed"
     if importlib.util.find_spec("envpool"):
         from importlib.metadata import version

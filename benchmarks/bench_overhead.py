@@ -394,12 +394,9 @@ def machine(device: torch.device) -> dict:
     import tensordict
     import torchrl
 
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    from simeval.demo.fingerprint import cpu_model
+
+    cpu = cpu_model()
     gpu = None
     if torch.cuda.is_available():
         index = device.index if device.type == "cuda" and device.index is not None else 0
