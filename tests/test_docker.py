@@ -508,9 +508,10 @@ def _inspect_while_it_runs(engine, proc, timeout: float = 120) -> dict:
     client = docker.DockerClient(base_url=engine["DOCKER_HOST"])
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        for container in client.containers.list(all=True, filters={"label": LABEL}):
+        # The low-level list: containers.list() inspects each one it lists, and one removed in between raised.
+        for container in client.api.containers(all=True, filters={"label": LABEL}):
             try:
-                return client.api.inspect_container(container.id)
+                return client.api.inspect_container(container["Id"])
             except docker.errors.NotFound:
                 continue  # removed in the meantime
         time.sleep(0.05)
@@ -765,9 +766,9 @@ def test_a_policy_container_serves_the_simulators_container_on_their_shared_loop
     seen: dict[str, dict] = {}
     deadline = time.time() + 240
     while len(seen) < 2 and time.time() < deadline and proc.poll() is None:
-        for container in client.containers.list(filters={"label": LABEL}):
+        for container in client.api.containers(filters={"label": LABEL}):  # low-level: see _inspect_while_it_runs
             try:
-                seen.setdefault(container.id, client.api.inspect_container(container.id))
+                seen.setdefault(container["Id"], client.api.inspect_container(container["Id"]))
             except docker.errors.NotFound:
                 continue
         time.sleep(0.1)
