@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 
+REMOTE_MODULES = ("websockets", "msgpack")
+"""What the ``remote`` extra brings: the policy server and ``--policy-server``'s client."""
+
 
 class MissingExtra(ImportError):
     """A feature's modules are not installed: the message names the extra that brings them and the pip command."""

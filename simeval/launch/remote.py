@@ -9,13 +9,13 @@ the server's address). Results lines name the server's address as the checkpoint
 from __future__ import annotations
 
 from simeval.checkpoints import Checkpoint
-from simeval.extras import require_extra
+from simeval.extras import REMOTE_MODULES, require_extra
 from simeval.launch.config import LaunchConfig
 
 
 def remote_checkpoint(cfg: LaunchConfig) -> Checkpoint:
     """The checkpoint standing for ``cfg.policy_server``: step 0, the run's ``--env``, no weights."""
-    require_extra(("websockets", "msgpack"), "remote", "--policy-server")
+    require_extra(REMOTE_MODULES, "remote", "--policy-server")
     from tensordict import TensorDict
 
     return Checkpoint(path=cfg.policy_server, step=0, env=None, policy=TensorDict(), meta={"format": "remote"})

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from simeval.extras import require_extra
+from simeval.extras import REMOTE_MODULES, require_extra
 from simeval.policy_kinds.base import Acting, PolicyKind
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -117,7 +117,7 @@ def remote_policy(
     The token, where the server asks for one, is read from the environment variable
     ``SIMEVAL_POLICY_SERVER_TOKEN`` (never from the command line or a results file).
     """
-    require_extra(("websockets", "msgpack"), "remote", "simeval.policy_kinds.remote.remote_policy")
+    require_extra(REMOTE_MODULES, "remote", "simeval.policy_kinds.remote.remote_policy")
     from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY, image_key
     from simeval.policy_kinds.remote_client import RemoteClientPolicy
 

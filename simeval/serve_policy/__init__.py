@@ -40,7 +40,7 @@ from simeval.checkpoint_policy import CheckpointPolicy, build_checkpoint_policy
 from simeval.checkpoints import CheckpointError, load_checkpoint
 from simeval.checkpoints.bounds import parse_size
 from simeval.command_line import OneLineParser, error_line, run_command
-from simeval.extras import require_extra
+from simeval.extras import REMOTE_MODULES, require_extra
 from simeval.policy_kinds.remote import CAMERA_KEY, DEFAULT_KEYS, image_keys
 from simeval.policy_kinds.wire import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_ENV
 from simeval.serve_policy.batching import DEFAULT_MAX_IN_FLIGHT, BatchingServer, Field
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     start_resource_tracker()  # before the VecNorm lock (multiprocessing's) starts one that imports from the cwd
     try:
-        require_extra(("websockets", "msgpack"), "remote", "python -m simeval.serve_policy")
+        require_extra(REMOTE_MODULES, "remote", "python -m simeval.serve_policy")
         args = build_parser().parse_args(argv)
         token = args.token or os.environ.get(TOKEN_ENV) or None
         if args.host not in LOOPBACK and not token:
