@@ -311,7 +311,7 @@ def machine() -> str:
     import mujoco
     import torch
 
-    from simeval.demo.fingerprint import cpu_model
+    from simeval.machine import cpu_model
 
     cpu = cpu_model()
     envpool = "not installed"

@@ -394,7 +394,7 @@ def machine(device: torch.device) -> dict:
     import tensordict
     import torchrl
 
-    from simeval.demo.fingerprint import cpu_model
+    from simeval.machine import cpu_model
 
     cpu = cpu_model()
     gpu = None

@@ -8,22 +8,11 @@ tests/test_training.py compares every digit only where the two are the same.
 
 from __future__ import annotations
 
-import platform
 from importlib import metadata
 
+from simeval.machine import cpu_model
+
 LIBRARIES = ("numpy", "torch", "mujoco")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; elsewhere ``platform.processor()``), or "unknown CPU"."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return " ".join(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def fingerprint() -> str:
