@@ -448,5 +448,5 @@ def test_the_bootstrap_chunk_size_changes_no_number(chunk, monkeypatch):
         )
 
     one_chunk = everything()
-    monkeypatch.setattr(stats, "_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(stats._bootstrap, "_CHUNK_ELEMENTS", chunk)
     assert everything() == one_chunk

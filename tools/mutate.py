@@ -183,8 +183,20 @@ TARGETS: dict[str, Target] = {
         "simeval/conditions.py",
         (Stage(("tests/test_conditions.py", "tests/test_suites.py")),),
     ),
-    "stats": Target("simeval/stats.py", (Stage(("tests/test_stats.py",)),)),
-    "sequential": Target("simeval/sequential.py", (Stage(("tests/test_sequential.py",)),)),
+    # simeval/stats/: one target per family's module (each with the tests of its numbers).
+    "stats": Target("simeval/stats/intervals.py", (Stage(("tests/test_stats.py", "tests/test_validity.py")),)),
+    "success": Target("simeval/stats/success.py", (Stage(("tests/test_stats.py", "tests/test_sequential.py")),)),
+    "aggregates": Target("simeval/stats/aggregates.py", (Stage(("tests/test_stats.py",)),)),
+    "bootstrap": Target("simeval/stats/_bootstrap.py", (Stage(("tests/test_stats.py",)),)),
+    "checks": Target("simeval/stats/_checks.py", (Stage(("tests/test_stats.py",)),)),
+    "verdicts": Target("simeval/stats/verdicts.py", (Stage(("tests/test_stats.py", "tests/test_sequential.py")),)),
+    "sequential": Target(
+        "simeval/stats/sequential.py", (Stage(("tests/test_sequential.py", "tests/test_validity.py")),)
+    ),
+    "group_sequential": Target("simeval/stats/group_sequential.py", (Stage(("tests/test_group_sequential.py",)),)),
+    "running": Target(
+        "simeval/stats/running.py", (Stage(("tests/test_sequential.py", "tests/test_group_sequential.py")),)
+    ),
     "compare": Target(
         "simeval/report/comparison.py",
         (

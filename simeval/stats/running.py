@@ -1,0 +1,82 @@
+"""One episode's values as a method takes them (finite, within declared bounds, never clipped), and the running
+interval a sequence reports over them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def checked(
+    x: Sequence[float] | np.ndarray, bounds: tuple[float, float] | None, name: str, first: int, label: str = ""
+) -> np.ndarray:
+    """``x`` as float64; a ValueError naming ``name`` and the first episode (numbered from ``first``) that is
+    not finite or lies outside ``bounds``."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    of = f" of {label}" if label else ""
+    bad = np.flatnonzero(~np.isfinite(x))
+    if len(bad):
+        raise ValueError(f"{name}: episode {first + int(bad[0])}{of} is {float(x[bad[0]])!r}.")
+    if bounds is not None:
+        lo, hi = bounds
+        out = np.flatnonzero((x < lo) | (x > hi))
+        if len(out):
+            episode, value = first + int(out[0]), float(x[out[0]])
+            raise ValueError(
+                f"{name}: episode {episode}{of} returned {value!r}, outside the declared bounds "
+                f"[{lo}, {hi}]: fix the bounds (values are never clipped)."
+            )
+    return x
+
+
+def bounds_of(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """``bounds`` as two floats, low < high (None stays None); ValueError when they are not."""
+    if bounds is None:
+        return None
+    lo, hi = (float(v) for v in bounds)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"bounds must be two finite numbers, low < high, got {bounds!r}.")
+    return lo, hi
+
+
+class RunningInterval:
+    """The values a sequence took and the running intersection of its intervals: the accessors every sequence
+    shares (:class:`~simeval.stats.sequential.SequentialMean`,
+    :class:`~simeval.stats.group_sequential.GroupSequentialMean`)."""
+
+    def __init__(self) -> None:
+        self._values: list[float] = []
+        self._low, self._high = -math.inf, math.inf
+
+    def _narrow(self, low: float, high: float) -> None:
+        """Intersect the running interval with ``[low, high]``, the latest look's."""
+        self._low, self._high = max(self._low, low), min(self._high, high)
+        if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
+            self._low, self._high = low, high
+
+    @property
+    def n(self) -> int:
+        """Values taken (episodes)."""
+        return len(self._values)
+
+    @property
+    def mean(self) -> float:
+        """The mean so far (NaN before any value)."""
+        return float(np.mean(self._values)) if self._values else math.nan
+
+    @property
+    def low(self) -> float:
+        """The interval's lower end (``-inf`` before the first finite interval)."""
+        return self._low
+
+    @property
+    def high(self) -> float:
+        """The interval's upper end (``inf`` before the first finite interval)."""
+        return self._high
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width (``inf`` before the first finite interval)."""
+        return (self._high - self._low) / 2
