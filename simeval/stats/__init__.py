@@ -47,6 +47,7 @@ from simeval.stats.aggregates import (
     probability_of_improvement,
 )
 from simeval.stats.intervals import Interval, Paired, family_confidence, mean_ci, mean_of_intervals, paired
+from simeval.stats.selection import SequentialSelection
 from simeval.stats.sequential import SequentialMcNemar, SequentialMean, SequentialPaired
 from simeval.stats.success import McNemar, mcnemar
 from simeval.stats.verdicts import VERDICTS, verdict_of
@@ -62,6 +63,7 @@ __all__ = [
     "SequentialMcNemar",
     "SequentialMean",
     "SequentialPaired",
+    "SequentialSelection",
     "TaskScores",
     "aggregate",
     "aggregate_difference",
