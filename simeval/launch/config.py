@@ -134,6 +134,12 @@ class LaunchConfig:
         "--suite: compare --checkpoint (B) with --baseline (A) look by look on common seeds, each cell until its "
         "verdict is reached (better, worse; equivalent with --margin) or its budget is spent; writes OUT/a and OUT/b",
     )
+    select_best: bool = _opt(
+        False,
+        "choose the best of the --watch checkpoints (or of two or more --checkpoint) look by look on common seeds: "
+        "checkpoints shown worse than the leader are eliminated, until one is left, all left are within --margin, "
+        "or --max-episodes is spent",
+    )
     baseline: str | None = _opt(
         None, "--until-decided: the baseline checkpoint A that --checkpoint (B) is compared with"
     )
@@ -389,6 +395,24 @@ class LaunchConfig:
             raise ConfigError(f"--margin must be a finite number >= 0, got {self.margin}.")
         if self.margin and not self.until_decided:
             raise ConfigError("--margin is --until-decided's equivalence margin; --until-precise has none.")
+
+    @property
+    def mode(self) -> str:
+        """The one name of what the run does, for the launcher's table of modes.
+
+        ``"serve"``, ``"select-best"``, ``"until-decided"``, ``"until-precise"``, ``"suite"``, or the source of a
+        plain run: ``"checkpoint"``, ``"policy-server"``, ``"watch"`` (also without a source: the launcher then
+        watches the shipped training run).
+        """
+        if self.serve:
+            return "serve"
+        if self.select_best:
+            return "select-best"
+        if self.adaptive:
+            return self.adaptive
+        if self.suite:
+            return "suite"
+        return (self.source or "watch").replace("_", "-")
 
     @property
     def adaptive(self) -> str | None:
