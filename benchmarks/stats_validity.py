@@ -986,7 +986,19 @@ def header(args: argparse.Namespace) -> str:
     )
 
 
-SECTIONS = ("fixed", "binary", "null", "family", "sequential", "firstlook", "confseq", "power", "planned", "step")
+SECTIONS = (
+    "fixed",
+    "binary",
+    "null",
+    "family",
+    "sequential",
+    "firstlook",
+    "confseq",
+    "power",
+    "planned",
+    "step",
+    "selection",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -1260,6 +1272,265 @@ def main(argv: Sequence[str] | None = None) -> None:
         names = [sc.name for sc in STEP_NULLS] + [sc.name for sc in BINARY_EFFECTS]
         print(table(["method"] + names, rows))
         timed("step")
+
+    if "selection" in wanted:
+        selection_section(reps, args.seed, args.quick)
+        timed("selection")
+
+
+# ------------------------------------------------------------ selection (issue 46): SequentialSelection
+
+SELECTION_LOOK = 4  # episodes per look, per arm
+SELECTION_MARGIN = 0.2  # the margin, in units of the data's ``unit``
+SELECTION_RISE = 1.0  # the training-run spread: best minus first arm, in units of the data's ``unit``
+SELECTION_POWER = 0.8  # the probability the sweep and the selection are compared at
+
+
+@dataclass(frozen=True)
+class ArmsData:
+    """K checkpoints' values on common episodes: ``draw(rng, n, levels)`` is ``[n, K]`` for the arms' levels (in
+    ``unit``s below the best's: 0 is the best), ``means(levels)`` their true means. ``unit``: the sd of the paired
+    difference of two arms at the top; ``bounds``: declared bounds, or None."""
+
+    name: str
+    draw: Callable[[np.random.Generator, int, np.ndarray], np.ndarray]
+    means: Callable[[np.ndarray], np.ndarray]
+    unit: float
+    bounds: tuple[float, float] | None = None
+
+
+def _arms_unbounded(own: Callable[[np.random.Generator, tuple], np.ndarray]) -> Callable:
+    """Mean ``-level * unit``, a component shared by every arm on an episode (the seed's difficulty, sd 1) and the
+    arm's own noise (sd 1): the paired difference has sd sqrt(2)."""
+
+    def draw(rng: np.random.Generator, n: int, levels: np.ndarray) -> np.ndarray:
+        return -levels * math.sqrt(2) + rng.normal(0.0, 1.0, (n, 1)) + own(rng, (n, len(levels)))
+
+    return draw
+
+
+FALL_VALUE, FALL_P, FALL_TOP, FALL_SD = 0.05, 0.1, 0.8, 0.05
+
+
+def _fall_unit() -> float:
+    clipped = sst.truncnorm.var(-3, 3)  # the no-fall value's spread: FALL_SD * a normal clipped at +-3
+    mean = FALL_P * FALL_VALUE + (1 - FALL_P) * FALL_TOP
+    square = FALL_P * FALL_VALUE**2 + (1 - FALL_P) * (FALL_TOP**2 + FALL_SD**2 * clipped)
+    return math.sqrt(2 * (square - mean**2))  # independent falls: the difference of two arms
+
+
+FALL_UNIT = _fall_unit()
+BINARY_TOP = 0.8
+BINARY_UNIT = math.sqrt(2 * BINARY_TOP * (1 - BINARY_TOP))
+
+
+def _falls_arms(rng: np.random.Generator, n: int, levels: np.ndarray) -> np.ndarray:
+    level = FALL_TOP - levels * FALL_UNIT / (1 - FALL_P)
+    steady = level + FALL_SD * np.clip(rng.normal(0.0, 1.0, (n, len(levels))), -3, 3)
+    return np.where(rng.random((n, len(levels))) < FALL_P, FALL_VALUE, steady)
+
+
+def _binary_arms(rng: np.random.Generator, n: int, levels: np.ndarray) -> np.ndarray:
+    return (rng.random((n, len(levels))) < BINARY_TOP - levels * BINARY_UNIT).astype(np.float64)
+
+
+SELECTION_DATA = (
+    ArmsData("normal", _arms_unbounded(lambda r, s: r.normal(0.0, 1.0, s)), lambda v: -v * math.sqrt(2), math.sqrt(2)),
+    ArmsData(
+        "t(3)",
+        _arms_unbounded(lambda r, s: r.standard_t(3, s) / math.sqrt(3)),
+        lambda v: -v * math.sqrt(2),
+        math.sqrt(2),
+    ),
+    ArmsData(
+        "falls (0.05 w.p. 0.1, else about 0.8), bounds (0, 1)",
+        _falls_arms,
+        lambda v: FALL_P * FALL_VALUE + (1 - FALL_P) * (FALL_TOP - v * FALL_UNIT / (1 - FALL_P)),
+        FALL_UNIT,
+        (0.0, 1.0),
+    ),
+    ArmsData(
+        "binary (success 0.8 at the top), bounds (0, 1)",
+        _binary_arms,
+        lambda v: BINARY_TOP - v * BINARY_UNIT,
+        BINARY_UNIT,
+        (0.0, 1.0),
+    ),
+)
+
+
+SPREADS = {"training, steep": 4.0, "training, gradual": 2.0, "equal": 0.0}
+
+
+def selection_levels(spread: str, arms: int) -> np.ndarray:
+    """Each arm's level below the best, in units: the ``training`` spreads rise like a training run's checkpoints,
+    ``1 - exp(-c t)`` over training time ``t`` in [0, 1] scaled to ``SELECTION_RISE`` (steep: c = 4, the last half
+    of the arms on a plateau within about 0.2 of the best; gradual: c = 2), the last arm the best; ``equal``: every
+    arm the same."""
+    c = SPREADS[spread]
+    if not c or arms == 1:
+        return np.zeros(arms)
+    t = np.arange(arms) / (arms - 1)
+    rise = (1 - np.exp(-c * t)) / (1 - math.exp(-c))
+    return SELECTION_RISE * (1 - rise)
+
+
+@dataclass
+class SelectionRun:
+    """One replication: whether the guarantee failed, the episodes spent after each look, and the look (1-based) at
+    which the rule stopped on ``one left`` or ``within margin`` (None: it reached the cap)."""
+
+    error: bool
+    episodes: list[int]
+    stop: int | None
+
+
+def selection_run(
+    data: ArmsData, levels: np.ndarray, rng: np.random.Generator, cap: int, late: bool = False, plan_n: int = 16
+) -> SelectionRun:
+    """Run :class:`simeval.stats.SequentialSelection` to a stop or ``cap`` episodes per arm. ``late``: two arms at
+    the start and one more every other look, in training order (the best lands last), each replaying the looks
+    played before it on their seeds; the selection is then open-ended (no ``max_arms``)."""
+    from simeval.stats import SequentialSelection
+
+    arms = len(levels)
+    mu = data.means(levels)
+    best = int(np.flatnonzero(mu == mu.max())[-1])
+    margin = SELECTION_MARGIN * data.unit
+    start = 2 if late and arms > 2 else arms
+    sel = SequentialSelection(start, CONFIDENCE, data.bounds, margin, max_arms=None if late else arms, plan_n=plan_n)
+    history: list[np.ndarray] = []
+    spent, episodes, stop, error, look = 0, [], None, False, 0
+    while sel.n < cap:
+        look += 1
+        if late and sel.arms < arms and (sel.done or (look > 1 and look % 2 == 1)):
+            past = np.concatenate(history)[:, sel.arms] if history else np.zeros(0)
+            sel.add_arm(past)
+            spent += len(past)
+        x = data.draw(rng, SELECTION_LOOK, levels)
+        history.append(x)
+        shown = x[:, : sel.arms].copy()
+        shown[:, [a for a in range(sel.arms) if a not in sel.alive]] = np.nan
+        spent += SELECTION_LOOK * len(sel.alive)
+        sel.update(shown)
+        episodes.append(spent)
+        if best in sel.eliminated:
+            error = True
+        if sel.done and sel.arms == arms:
+            stop = look
+            error = error or mu[sel.best] < mu[best] - margin
+            break
+    return SelectionRun(error, episodes, stop)
+
+
+def sweep_n(data: ArmsData, levels: np.ndarray, power: float, seed: int, draws: int = 20000) -> int | None:
+    """The smallest common n at which Bonferroni t-intervals over the K - 1 gaps to the best, at the true sd,
+    separate every arm outside the margin with probability ``power`` (None: no arm is outside it)."""
+    mu = data.means(levels)
+    best = int(np.argmax(mu))
+    outside = np.flatnonzero(mu < mu[best] - SELECTION_MARGIN * data.unit)
+    if not len(outside):
+        return None
+    rng = rng_for(seed, "sweep", data.name, len(levels), tuple(levels.round(6)))
+    sample = data.draw(rng, 200_000, levels)
+    d = sample[:, [best]] - sample[:, outside]
+    cov = np.atleast_2d(np.cov(d, rowvar=False))
+    gap, sd = mu[best] - mu[outside], np.sqrt(np.diag(cov))
+    z = rng.multivariate_normal(np.zeros(len(outside)), cov, draws)
+    alpha = ALPHA / max(1, len(levels) - 1)
+
+    def separated(n: int) -> float:
+        q = sst.t.ppf(1 - alpha / 2, n - 1)
+        return float(np.mean(np.all(gap + z / math.sqrt(n) - q * sd / math.sqrt(n) > 0, axis=1)))
+
+    low, high = 2, 4
+    while separated(high) < power:
+        low, high = high, high * 2
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if separated(mid) < power else (low, mid)
+    return low
+
+
+def selection_row(
+    data: ArmsData, arms: int, spread: str, reps: int, seed: int, late: bool = False, plan_n: int = 16
+) -> list[str]:
+    """One row of the selection table: the guarantee's failure rate, and the episodes against the sweep."""
+    levels = selection_levels(spread, arms)
+    n_sweep = sweep_n(data, levels, SELECTION_POWER, seed)
+    cap = SELECTION_LOOK * math.ceil(min(4000, 6 * (n_sweep or 100)) / SELECTION_LOOK)
+    rng = rng_for(seed, "selection", data.name, arms, spread, late)
+    runs = [selection_run(data, levels, rng, cap, late, plan_n) for _ in range(reps)]
+    errors = float(np.mean([r.error for r in runs]))
+    stops = np.array([r.stop if r.stop is not None else math.inf for r in runs])
+    row = [data.name, str(arms), spread, "yes" if late else "no", str(reps)]
+    row.append(rate(errors, reps, bad=errors > ALPHA + 2 * se(ALPHA, reps)))
+    used = np.array([r.episodes[-1] for r in runs], dtype=np.float64)
+    row.append(f"{np.mean(np.isfinite(stops)):.3f} by {cap}")
+    if n_sweep is None:
+        row += ["no arm outside the margin", "", f"{used.mean():.0f} (median {np.median(used):.0f})", ""]
+        return row
+    looks = 1
+    while np.mean(stops <= looks) < SELECTION_POWER and looks * SELECTION_LOOK < cap:
+        looks += 1
+    at = np.array([r.episodes[min(looks, len(r.episodes)) - 1] for r in runs], dtype=np.float64)
+    share = at.mean() / (arms * n_sweep)
+    bad = arms == 8 and spread.startswith("training") and share > 0.5
+    row += [
+        f"{n_sweep} x {arms} = {arms * n_sweep}",
+        f"{looks * SELECTION_LOOK} ({np.mean(stops <= looks):.2f})",
+        f"{at.mean():.0f} (median {np.median(at):.0f}); uncapped {used.mean():.0f}",
+        f"**{share:.0%}**" if bad else f"{share:.0%}",
+    ]
+    return row
+
+
+SELECTION_HEADER = [
+    "data",
+    "arms",
+    "spread",
+    "arms join late",
+    "reps",
+    "error (best eliminated, or a choice outside the margin)",
+    "stopped (one left, within margin) by the cap",
+    f"sweep: n at {SELECTION_POWER:g} x arms",
+    f"selection's budget per arm at {SELECTION_POWER:g} (stopped)",
+    "selection's mean episodes",
+    "selection / sweep",
+]
+
+
+def selection_section(reps: int, seed: int, quick: bool = False) -> None:
+    """Print the selection study: the guarantee and the episodes against a fixed sweep (issue 46)."""
+    print("\n### Choosing a checkpoint: `SequentialSelection`\n")
+    print(f"K arms on common episodes, a look every {SELECTION_LOOK} episodes, confidence {CONFIDENCE:g}, margin")
+    print(f"{SELECTION_MARGIN:g} units (a unit: the sd of the paired difference of two arms at the top), the")
+    print("t-mixture sequences tuned at 64 episodes (`plan_n=64`). Spreads: a training run's checkpoints,")
+    print(f"`1 - exp(-c t)` over training time scaled to a rise of {SELECTION_RISE:g} unit (steep, c = 4: half the")
+    print("arms on a plateau within 0.2 of the best; gradual, c = 2), or all equal. Known arms use `max_arms=K`;")
+    print("late rows start with 2 arms and add one every other look in training order (the best last), each")
+    print("replaying the looks before it (its episodes counted), open-ended (no `max_arms`). Error: the best arm")
+    print("(the last of the equal ones) eliminated at any look, or a stop that chose an arm outside the margin")
+    print("(bold: above 0.05 + 2 MC errors). The sweep: the smallest common n at which Bonferroni t-intervals")
+    print("over the K - 1 gaps to the best (true sd, normal approximation, 20,000 draws) separate every arm")
+    print(f"outside the margin with probability {SELECTION_POWER:g}; the selection's budget is the smallest at which")
+    print(f"it stops (one left or within margin) in {SELECTION_POWER:g} of the runs (runs go on to a cap of six")
+    print("sweeps, the uncapped mean beside). Bold ratio: the target (<= 50% at K = 8 on a training spread)")
+    print("missed.\n")
+    rows = []
+    ks = (2, 8) if quick else (2, 8, 32)
+    for data in SELECTION_DATA:
+        for arms in ks:
+            spreads = ("training, gradual", "equal") if arms == 2 else tuple(SPREADS)
+            for spread in spreads:
+                slow = arms == 32 and data.bounds is not None  # the betting sequences over 496 pairs
+                if slow and spread == "equal":
+                    continue  # every pair stays alive for hundreds of looks: minutes a replication
+                r = max(10, reps // 5) if slow else reps
+                rows.append(selection_row(data, arms, spread, r, seed, plan_n=64))
+                print(f"_{data.name}, {arms}, {spread}: done_", file=sys.stderr, flush=True)
+        rows.append(selection_row(data, 8, "training, gradual", reps, seed, late=True, plan_n=64))
+    print(table(SELECTION_HEADER, rows))
 
 
 if __name__ == "__main__":
