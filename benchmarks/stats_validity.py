@@ -998,6 +998,7 @@ SECTIONS = (
     "planned",
     "step",
     "selection",
+    "mean",
 )
 
 
@@ -1277,6 +1278,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         selection_section(reps, args.seed, args.quick)
         timed("selection")
 
+    if "mean" in wanted:
+        mean_section(reps, args.seed, args.quick)
+        timed("mean")
+
 
 # ------------------------------------------------------------ selection (issue 46): SequentialSelection
 
@@ -1531,6 +1536,174 @@ def selection_section(reps: int, seed: int, quick: bool = False) -> None:
                 print(f"_{data.name}, {arms}, {spread}: done_", file=sys.stderr, flush=True)
         rows.append(selection_row(data, 8, "training, gradual", reps, seed, late=True, plan_n=64))
     print(table(SELECTION_HEADER, rows))
+
+
+# ------------------------------------------------------------------ one cell: mean_ci's interval (issue 46)
+
+
+def _cheetah(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """HalfCheetah-like returns: about 3000 (sd 150), a fall to about 200 (sd 100) with probability 0.1."""
+    fall = rng.random(shape) < 0.1
+    return np.where(fall, rng.normal(200.0, 100.0, shape), rng.normal(3000.0, 150.0, shape))
+
+
+ONE_CELL = {
+    "normal": (lambda r, s: r.normal(0.0, 1.0, s), 0.0),
+    "t(3)": (lambda r, s: r.standard_t(3, s), 0.0),
+    "lognormal(0, 1) (skewed)": (lambda r, s: r.lognormal(0.0, 1.0, s), LN_MEAN),
+    "binary, p = 0.9": (lambda r, s: (r.random(s) < 0.9).astype(np.float64), 0.9),
+    "HalfCheetah-like: ~3000, falls to ~200 w.p. 0.1": (_cheetah, 0.9 * 3000.0 + 0.1 * 200.0),
+}
+"""One checkpoint's per-episode returns: name -> (draw, true mean)."""
+MEAN_NS = (5, 10, 16, 32, 64)
+
+
+def _collapsed(x: np.ndarray) -> tuple[float, float] | None:
+    """The interval of values that are all the same (every method's): the mean; else None."""
+    return (float(x[0]), float(x[0])) if np.all(x == x[0]) else None
+
+
+def scipy_t_interval(x: np.ndarray) -> tuple[float, float]:
+    """Student's t-interval of the mean (scipy.stats.t): the reference for simeval's ``t``."""
+    same = _collapsed(x)
+    if same is not None:
+        return same
+    n = x.size
+    low, high = sst.t.interval(CONFIDENCE, n - 1, loc=x.mean(), scale=x.std(ddof=1) / math.sqrt(n))
+    return float(low), float(high)
+
+
+def scipy_bca(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """scipy.stats.bootstrap's BCa interval of the mean (2000 resamples)."""
+    same = _collapsed(x)
+    if same is not None:
+        return same
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sst.bootstrap((x,), np.mean, method="BCa", n_resamples=2000, random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def studentized_bootstrap(x: np.ndarray, seed: int = 0, n_resamples: int = 2000) -> tuple[float, float]:
+    """The studentized (bootstrap-t) interval of the mean: the t statistic's quantiles from resamples.
+
+    scipy has no bootstrap-t; this is the textbook one (Efron & Tibshirani 1993, 12.5). A resample
+    with no spread has t = 0 where its mean is the sample's, else +-inf.
+    """
+    same = _collapsed(x)
+    if same is not None:
+        return same
+    n = x.size
+    rng = np.random.default_rng(seed)
+    m, s = x.mean(), x.std(ddof=1)
+    rows = max(1, 2**22 // n)  # resamples drawn in chunks of about 4M values (memory)
+    mb, sb = np.empty(n_resamples), np.empty(n_resamples)
+    for start in range(0, n_resamples, rows):
+        boot = x[rng.integers(0, n, (min(rows, n_resamples - start), n))]
+        mb[start : start + len(boot)], sb[start : start + len(boot)] = boot.mean(axis=1), boot.std(axis=1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(sb > 0, (mb - m) / (sb / math.sqrt(n)), np.sign(mb - m) * np.inf)
+    t = np.nan_to_num(t, nan=0.0, posinf=np.inf, neginf=-np.inf)
+    q_low, q_high = np.quantile(t, [ALPHA / 2, 1 - ALPHA / 2], method="nearest")  # no inf - inf between ranks
+    return float(m - q_high * s / math.sqrt(n)), float(m - q_low * s / math.sqrt(n))
+
+
+def _mean_methods() -> dict[str, Callable[[np.ndarray], tuple[float, float]]]:
+    """The methods of the one-cell study: simeval's by name, beside scipy's and the bootstrap-t."""
+    from simeval.stats import mean_ci
+
+    def simeval(method: str) -> Callable[[np.ndarray], tuple[float, float]]:
+        def interval(x: np.ndarray) -> tuple[float, float]:
+            ci = mean_ci(x, method=method)
+            return ci.low, ci.high
+
+        return interval
+
+    return {
+        "simeval percentile bootstrap (before)": simeval("percentile bootstrap"),
+        "simeval t": simeval("t"),
+        "scipy t (reference)": scipy_t_interval,
+        "scipy bootstrap BCa": scipy_bca,
+        "studentized bootstrap": studentized_bootstrap,
+    }
+
+
+def mean_coverage(reps: int, seed: int, ns: Sequence[int] = MEAN_NS) -> tuple[dict, dict]:
+    """Coverage of each one-cell 95% interval for the mean, {(data, method): {n: (coverage, reps)}}, and the
+    share of its intervals with an infinite end, {(data, method, n): share} where there are any.
+
+    Every method of a row sees the same replications (one generator per data and n).
+    """
+    methods = _mean_methods()
+    out: dict = {}
+    infinite: dict = {}
+    for data, (draw, true) in ONE_CELL.items():
+        for n in ns:
+            x = draw(rng_for(seed, "mean", data, n), (reps, n))
+            for method, interval in methods.items():
+                ends = np.array([interval(x[r]) for r in range(reps)])
+                hits = int(np.sum((ends[:, 0] <= true) & (true <= ends[:, 1])))
+                out.setdefault((data, method), {})[n] = (hits / reps, reps)
+                share = float(np.mean(~np.isfinite(ends).all(axis=1)))
+                if share > 0:
+                    infinite[(data, method, n)] = share
+    return out, infinite
+
+
+MEAN_TIMED_NS = (10, 1_000, 163_840)
+
+
+def mean_timing(ns: Sequence[int] = MEAN_TIMED_NS, budget_s: float = 20.0) -> list[list[str]]:
+    """Seconds per call of each one-cell method at each n (the best of 3, normal data; one call where a call
+    takes over a second). A method whose call at the previous n took over ``budget_s`` / 100 s per thousand
+    episodes squared (BCa's jackknife is quadratic in n) is not run, and says its measured growth."""
+    rows = []
+    for method, interval in _mean_methods().items():
+        row = [method]
+        last: tuple[int, float] | None = None
+        for n in ns:
+            x = np.random.default_rng(n).normal(size=n)
+            if last is not None and method.endswith("BCa") and last[1] * (n / last[0]) ** 2 > budget_s:
+                row.append(f"not run: ~{last[1] * (n / last[0]) ** 2:.0f} s (n^2 from {last[1]:.2g} s at {last[0]:,})")
+                continue
+            best = math.inf
+            for _ in range(3):
+                t0 = time.perf_counter()
+                interval(x)
+                best = min(best, time.perf_counter() - t0)
+                if best > 1.0:
+                    break
+            row.append(f"{best:.2g} s")
+            last = (n, best)
+        rows.append(row)
+    return rows
+
+
+def mean_section(reps: int, seed: int, quick: bool) -> None:
+    """Print the one-cell study: coverage of each 95% interval of one checkpoint's mean, then time per call."""
+    ns = (10, 32) if quick else MEAN_NS
+    print("\n### One cell: coverage of the 95% interval of one checkpoint's mean (`mean_ci`, `reward_ci_*`)\n")
+    print("Each row draws one checkpoint's per-episode returns; the percentile bootstrap is every round's interval")
+    print("before schema 2, `t` after. Bold: below 0.95 - 2 MC errors where another method of the row holds it.")
+    print("Binary p = 0.9 and the falls data at n <= 16: 0.9^n of the samples hold no failure or fall, which no")
+    print("method can see (0.9^10 = 0.35).\n")
+    res, infinite = mean_coverage(reps, seed, ns)
+    floor = 0.95 - 2 * se(0.95, reps)
+    rows = []
+    for (data, method), cells in res.items():
+        row = [data, method]
+        for n in ns:
+            p = cells[n][0]
+            held = any(res[(data, m)][n][0] >= floor for d, m in res if d == data)
+            cell = f"**{p:.3f}**" if held and p < floor else f"{p:.3f}"
+            share = infinite.get((data, method, n))
+            row.append(cell + (f" ({share:.0%} infinite)" if share else ""))
+        rows.append(row)
+    print(table(["data (one checkpoint)", "method"] + [f"n={n}" for n in ns], rows))
+    print("\nSeconds per call (the best of 3; normal returns). 163,840 episodes: the round the engine work of")
+    print("issue 48 timed (the percentile bootstrap took 2.4 s there, on an H200's host).\n")
+    timed_ns = (10, 1_000) if quick else MEAN_TIMED_NS
+    print(table(["method"] + [f"n = {n:,}" for n in timed_ns], mean_timing(timed_ns)))
 
 
 if __name__ == "__main__":

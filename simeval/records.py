@@ -33,6 +33,10 @@ _SUCCESS_LISTS = ("episode_success_at_end", "episode_success_once")
 _EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/", "episode_seeds", "episode_env_seeds",
     "episode_conditions/")
 
+SCHEMA_VERSION = 2
+"""The ``schema`` every line is written with. 2: lines say ``schema``, and ok lines the method of their
+interval (``ci_method``, :data:`simeval.metrics.ROUND_CI_METHOD`); a line without ``schema`` is version 1."""
+
 MAX_LINE_BYTES = 64 << 20
 """The longest results line read (64 MiB: a million episodes' returns fit many times over)."""
 
@@ -77,13 +81,23 @@ def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any
     return out
 
 
+def schema_of(record: Mapping[str, Any]) -> int:
+    """The schema version a line was written with: its ``schema``, 1 for a line that has none."""
+    return int(record.get("schema") or 1)
+
+
 def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any) -> dict[str, Any]:
     """A results.jsonl line for an Evaluator result (``keep_episodes=True``), plus ``context``.
 
     ``episode_success_at_end`` / ``episode_success_once`` (0.0 or 1.0 per episode, in
-    ``episode_returns``' order) are written where the result has them.
+    ``episode_returns``' order) are written where the result has them; ``schema`` and ``ci_method``
+    (the method of ``reward_ci_low`` / ``reward_ci_high``) always.
     """
+    from simeval.metrics import ROUND_CI_METHOD
+
     record = {
+        "schema": SCHEMA_VERSION,
+        "ci_method": ROUND_CI_METHOD,
         "status": "ok",
         "step": int(plain(result[f"{prefix}/step"])),
         "metrics": metrics_of(result, prefix),
@@ -125,7 +139,8 @@ def failed_record(
     if kind not in ERROR_KINDS:
         raise ValueError(f"unknown error kind {kind!r}: one of {', '.join(ERROR_KINDS)}.")
     name = name or os.path.basename(path)
-    record = {"status": "failed", "checkpoint": path, "checkpoint_name": name, "error": message}
+    record = {"schema": SCHEMA_VERSION, "status": "failed", "checkpoint": path, "checkpoint_name": name}
+    record["error"] = message
     if step is not None:
         record["step"] = int(step)
     record.update(error_kind=kind, retry=ERROR_KINDS[kind])

@@ -7,6 +7,7 @@ import math
 import os
 import shlex
 
+from simeval.metrics import LEGACY_CI_METHOD, ci_method_of
 from simeval.report.html import plain_text
 from simeval.report.text import shown
 
@@ -60,7 +61,19 @@ def table(runs: dict[str, list[dict]]) -> str:
                 f"{start}{_value(m, 'reward_ci_low'):>12.1f}{_value(m, 'reward_ci_high'):>12.1f}"
                 f"{m.get('num_episodes', 0):>10}"
             )
-    return "\n".join(lines)
+    note = mixed_methods_note([r for rows in runs.values() for r in rows])
+    return "\n".join(lines + ([note] if note else []))
+
+
+def mixed_methods_note(records: list[dict]) -> str | None:
+    """One line naming the methods of the rounds' intervals when ``records`` mix them (results of an older and a
+    newer simeval in one table: :func:`simeval.metrics.ci_method_of`); None when they are of one method. An
+    adaptive evaluation's merged looks (``looks``) are left out: the report replays their confidence sequence."""
+    methods = sorted({ci_method_of(r) for r in records if "looks" not in r})
+    if len(methods) < 2:
+        return None
+    named = [f"{m} (lines without ci_method)" if m == LEGACY_CI_METHOD else m for m in methods]
+    return f"note: these intervals mix methods ({', '.join(named)}); docs/statistics.md, 'One cell', compares them."
 
 
 def failures(runs: dict[str, list[dict]], dirs: dict[str, str] | None = None) -> list[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simeval.metrics import bootstrap_ci
+from simeval.metrics import ROUND_CI_METHOD, mean_interval
 from simeval.stats._checks import Array, _array, _check_bootstrap
 from simeval.stats.sequential import SequentialPaired
 from simeval.stats.verdicts import verdict_of
@@ -58,25 +58,32 @@ class Paired:
     method: str
 
 
-def mean_ci(x: Array, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Interval:
-    """Mean of ``x`` with a percentile-bootstrap interval (:func:`simeval.metrics.bootstrap_ci`).
+def mean_ci(
+    x: Array, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0, method: str = ROUND_CI_METHOD
+) -> Interval:
+    """Mean of ``x`` with the interval of every evaluation round (``reward_ci_low`` / ``reward_ci_high``).
+
+    ``method="t"`` (the default): Student's t-interval (:func:`simeval.metrics.t_ci`), which holds
+    its coverage at the sizes people use where the percentile bootstrap fell short (docs/statistics.md,
+    "One cell"); ``"percentile bootstrap"``: the rounds' interval before (:func:`simeval.metrics.bootstrap_ci`).
 
     Args:
         x: Per-episode values.
         confidence: Coverage of the interval.
-        n_resamples: Bootstrap resamples.
-        seed: Seed of the resampling (``np.random.default_rng(seed)``).
+        n_resamples: Bootstrap resamples (the percentile bootstrap's).
+        seed: Seed of the resampling (``np.random.default_rng(seed)``; the percentile bootstrap's).
+        method: One of :data:`simeval.metrics.CI_METHODS`.
 
     Returns:
         The mean and its interval; the interval collapses to the mean for a
         single episode or identical values.
 
     Raises:
-        ValueError: ``x`` is empty, not 1-D or not finite.
+        ValueError: ``x`` is empty, not 1-D or not finite; an unknown ``method``.
     """
     data = _array(x, "x")
     _check_bootstrap(confidence, n_resamples)
-    low, high = bootstrap_ci(data, confidence=confidence, n_resamples=int(n_resamples), seed=seed)
+    low, high = mean_interval(data, method, confidence=confidence, n_resamples=int(n_resamples), seed=seed)
     return Interval(float(data.mean()), float(low), float(high))
 
 
