@@ -36,9 +36,9 @@ def _tasks(matrix: np.ndarray) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------ mean_ci
 
 
-def test_mean_ci_is_the_mean_with_metrics_bootstrap_interval():
+def test_mean_ci_is_the_mean_with_metrics_bootstrap_interval_by_name():
     data = _rng().normal(3.0, 1.0, size=80)
-    ci = stats.mean_ci(data, confidence=0.9, n_resamples=500, seed=4)
+    ci = stats.mean_ci(data, confidence=0.9, n_resamples=500, seed=4, method="percentile bootstrap")
     assert ci.value == pytest.approx(data.mean())
     assert (ci.low, ci.high) == bootstrap_ci(data, confidence=0.9, n_resamples=500, seed=4)
     assert ci.low < ci.value < ci.high
