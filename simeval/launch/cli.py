@@ -56,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 flag, dest=name, nargs=meta["nargs"], metavar=meta.get("metavar"), action=action, help=help_text
             )
-        else:
-            p.add_argument(flag, dest=name, type=kind, metavar=meta.get("metavar", name.upper()), help=help_text)
+        else:  # action "append": the flag may be given again (--checkpoint A --checkpoint B), a list of its values
+            action = meta.get("action", "store")
+            metavar = meta.get("metavar", name.upper())
+            p.add_argument(flag, dest=name, type=kind, metavar=metavar, action=action, help=help_text)
     p.add_argument(
         "--again",
         action="store_true",
