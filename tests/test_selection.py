@@ -229,3 +229,20 @@ def test_monte_carlo_slice_no_best_arm_eliminated():
     # in 0 to 0.07 of 60 runs (0.01 on average); with the split dropped (every pair at 0.2), in 0.13 to 0.32 (0.21).
     rates = elimination_rates(4, 4, reps=60, seed=46, confidence=0.8)
     assert rates.max() <= 0.2 and rates.mean() <= 0.08
+
+
+def test_the_study_row_at_eight_arms_holds_its_target():
+    # benchmarks/stats_validity.py's selection row (8 arms, normal data, the gradual training-run spread): docs
+    # measured 43% of the Bonferroni sweep's episodes (uncapped, 100 runs); 40 runs here, held to 50%, the target
+    # (three Monte Carlo errors above the documented figure), and no guarantee broken.
+    import stats_validity as study
+
+    data = study.SELECTION_DATA[0]
+    levels = study.selection_levels("training, gradual", 8)
+    n_sweep = study.sweep_n(data, levels, study.SELECTION_POWER, 46)
+    assert 250 <= n_sweep <= 310  # by hand: ((2.69 + 0.84) / 0.21)^2 = 282 for the arm nearest outside the margin
+    rng = np.random.default_rng(46)
+    runs = [study.selection_run(data, levels, rng, 6 * n_sweep, plan_n=64) for _ in range(40)]
+    assert not any(r.error for r in runs)
+    assert all(r.stop is not None for r in runs)
+    assert np.mean([r.episodes[-1] for r in runs]) <= 0.5 * 8 * n_sweep
