@@ -18,6 +18,7 @@ from typing import Any
 from simeval.command_line import OneLineParser
 from simeval.launch.config import FIELDS, ConfigError, LaunchConfig, from_mapping, load_yaml, resolve
 
+# Remove with the words "not wired yet" of --select-best's help (config/selection.py) when its runner lands.
 NOT_WIRED = "--select-best is not wired yet: its runner lands in a later change (its flags are checked already)."
 
 

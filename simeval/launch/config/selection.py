@@ -26,7 +26,8 @@ class SelectionSection(Section):
         False,
         "choose the best of the --watch checkpoints (or of two or more --checkpoint) look by look on common seeds: "
         "checkpoints shown worse than the leader are eliminated, until one is left, all left are within --margin, "
-        "or --max-episodes is spent",
+        "or --max-episodes is spent (not wired yet: its flags are checked, and the run is refused until its "
+        "runner lands)",
     )
 
     def check(self) -> None:
