@@ -246,3 +246,15 @@ def test_the_study_row_at_eight_arms_holds_its_target():
     assert not any(r.error for r in runs)
     assert all(r.stop is not None for r in runs)
     assert np.mean([r.episodes[-1] for r in runs]) <= 0.5 * 8 * n_sweep
+
+
+def test_identical_first_differences_leave_no_zero_width_interval_behind():
+    # Four identical differences have a t-mixture interval of no width; kept in the running intersection, it would
+    # decide the moment the differences vary. Without bounds and not deterministic, it is no interval at all.
+    rng = np.random.default_rng(8)
+    first = np.column_stack([np.arange(4.0), np.arange(4.0) + 0.5])
+    then = rng.normal(0.0, 1.0, (4, 2))
+    sel = SequentialSelection(2, 0.95, max_arms=2, plan_n=4).update(first).update(then)
+    assert sel.alive == (0, 1)
+    d = np.concatenate([first[:, 1] - first[:, 0], then[:, 1] - then[:, 0]])
+    assert sel.gap(1, 0) == pytest.approx(by_hand_cs(d, [8], ALPHA, 4), rel=1e-9)

@@ -319,7 +319,8 @@ class SequentialSelection:
         first, second = [where[a] for a in first.tolist()], [where[a] for a in second.tolist()]
         if self.bounds is None:
             history = np.column_stack([np.concatenate(self._columns[a][: look + 1]) for a in arms])
-            _t_mixture(objs, history[:, second] - history[:, first], self.plan_n)  # [episodes so far, pairs]
+            d = history[:, second] - history[:, first]  # [episodes so far, pairs]
+            _t_mixture(objs, d, self.plan_n, self.deterministic)
         else:
             new = np.column_stack([self._columns[a][look] for a in arms])
             _betting(objs, new[:, second] - new[:, first], self._span)
@@ -384,9 +385,10 @@ class _Pair:
         self.constant = self.constant and bool(np.all(d == self.first))
 
 
-def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int) -> None:
+def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int, deterministic: bool) -> None:
     """The t-mixture CS of :class:`simeval.sequential.SequentialMean` for each column of ``d`` (all the pair's
-    differences so far), intersected into its pair."""
+    differences so far), intersected into its pair. Identical differences give no interval unless ``deterministic``
+    (a zero-width one, kept in the running intersection, would decide once they vary)."""
     n = d.shape[0]
     for p, col in zip(pairs, d.T, strict=True):
         p.see(col[p.n :])
@@ -399,7 +401,7 @@ def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int) -> None:
         if p.alpha not in radii:
             radii[p.alpha] = t_mixture_radius(n, p.alpha, t_mixture_scale(plan_n, p.alpha))
         radius = radii[p.alpha]
-        if math.isinf(radius):
+        if math.isinf(radius) or (s == 0 and not deterministic):
             continue
         half = radius * float(s) / math.sqrt(n)
         p.narrow(float(m) - half, float(m) + half)
