@@ -426,11 +426,14 @@ def _betting(pairs: list[_Pair], d: np.ndarray, span: float) -> None:
         mean_before = (0.5 + total) / i
         var_before = (0.25 + squares) / i
         lam = np.sqrt(2 * np.log(2 / alpha) / (var_before * i * np.log(1 + i)))
-        up = np.minimum(lam[:, None], trunc / grid[None, :])
-        down = np.minimum(lam[:, None], trunc / (1 - grid)[None, :])
         delta = row[:, None] - grid[None, :]
-        up_log += np.log1p(up * delta)
-        down_log += np.log1p(-down * delta)
+        if np.all(lam <= trunc):  # the truncations trunc / m and trunc / (1 - m) exceed trunc: they do not bind
+            bet = lam[:, None] * delta
+            up_log += np.log1p(bet)
+            down_log += np.log1p(-bet)
+        else:
+            up_log += np.log1p(np.minimum(lam[:, None], trunc / grid[None, :]) * delta)
+            down_log += np.log1p(-np.minimum(lam[:, None], trunc / (1 - grid)[None, :]) * delta)
         count = i
         total = total + row
         squares = squares + (row - mean_before) ** 2
