@@ -44,7 +44,7 @@ import scipy
 from scipy import stats as sst
 
 from simeval.sequential import LookPlan, SequentialMcNemar, SequentialPaired
-from simeval.stats import family_confidence, mcnemar, mean_of_intervals, paired
+from simeval.stats import family_confidence, mcnemar, mean_of_intervals, paired, verdict_of
 
 ALPHA = 0.05
 CONFIDENCE = 1 - ALPHA
@@ -999,6 +999,7 @@ SECTIONS = (
     "step",
     "selection",
     "mean",
+    "guard",
 )
 
 
@@ -1277,6 +1278,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "selection" in wanted:
         selection_section(reps, args.seed, args.quick)
         timed("selection")
+
+    if "guard" in wanted:
+        guard_section(max(50, reps // 5), args.seed, args.quick)
+        timed("guard")
 
     if "mean" in wanted:
         mean_section(reps, args.seed, args.quick)
@@ -1704,6 +1709,116 @@ def mean_section(reps: int, seed: int, quick: bool) -> None:
     print("issue 48 timed (the percentile bootstrap took 2.4 s there, on an H200's host).\n")
     timed_ns = (10, 1_000) if quick else MEAN_TIMED_NS
     print(table(["method"] + [f"n = {n:,}" for n in timed_ns], mean_timing(timed_ns)))
+
+
+# ------------------------------------------------------------------------------- the skew guard (issue 46)
+
+GUARD_NS = (10, 16, 30)
+GUARD_CELLS = 20  # the issue's family
+
+
+def one_sided_falls(rng: np.random.Generator, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The issue's cell: A returns ~3000 and falls to ~200 one episode in ten, B returns ~2720 and never falls (equal
+    means; each return's noise N(0, 50)). Returns lie in [0, 4000], the bounds declared where they are."""
+    a = np.where(rng.random(shape) < 0.1, 200.0, 3000.0) + rng.normal(0.0, 50.0, shape)
+    return a, 2720.0 + rng.normal(0.0, 50.0, shape)
+
+
+def guard_cost(reps: int, seed: int, ns: Sequence[int]) -> list[list[str]]:
+    """The share of the t verdicts the guard withholds (``skewed: declare bounds``) at an effect of 0.5 sd, one cell
+    at 95%: fixed-n t at each n, and the anytime t-mixture sequence looking every 4 episodes up to the largest n."""
+    from simeval.stats import SKEWED
+
+    rows = []
+    for label, sc in (("normal", NORMAL), ("t(3)", T3)):
+        row = [label]
+        rng = rng_for(seed, "guard cost", label)
+        for n in ns:
+            d = sc.draw(rng, (reps, n)) + 0.5 * sc.sd
+            decided = withheld = 0
+            for x in d:
+                p = paired(np.zeros(n), x)
+                unguarded = verdict_of(p.diff.low, p.diff.high)
+                decided += unguarded != "inconclusive"
+                withheld += unguarded != "inconclusive" and p.reason == SKEWED
+            row.append(f"{withheld / max(decided, 1):.3f} of {decided}")
+        n_max = max(ns)
+        d = sc.draw(rng, (reps, n_max)) + 0.5 * sc.sd
+        decided = withheld = 0
+        for x in d:
+            seq = SequentialPaired(plan_n=4)
+            ever, ever_guarded = False, False
+            for i in range(0, n_max, 4):
+                seq.update(np.zeros(len(x[i : i + 4])), x[i : i + 4])
+                ever |= verdict_of(seq.low, seq.high) != "inconclusive"
+                ever_guarded |= seq.verdict != "inconclusive"
+            decided += ever
+            withheld += ever and not ever_guarded
+        row.append(f"{withheld / max(decided, 1):.3f} of {decided}")
+        rows.append(row)
+    return rows
+
+
+def guard_false_verdicts(reps: int, seed: int, ns: Sequence[int]) -> list[list[str]]:
+    """Families of 20 one-sided-falls cells (no real difference): the share of families with a false verdict and of
+    cells with one, per method, without the guard (the interval's reading), with it, and under declared bounds."""
+    confidence = family_confidence(0.05, GUARD_CELLS)
+    methods = ("t", "t-mixture, peeking", "group-sequential", "betting (bounds)")
+    rows = []
+    for n in ns:
+        rng = rng_for(seed, "guard falls", n)
+        families = {k: np.zeros(2) for k in methods}
+        cells = {k: np.zeros(2) for k in methods}
+        no_fall = 0
+        plan = LookPlan("until-decided", 0.05, GUARD_CELLS, 2, n, design="planned")
+        for _ in range(reps):
+            a, b = one_sided_falls(rng, (GUARD_CELLS, n))
+            no_fall += int(np.sum(np.all(a > 1000.0, axis=1)))
+            found = {k: np.zeros((GUARD_CELLS, 2), dtype=bool) for k in methods}
+            for j in range(GUARD_CELLS):
+                p = paired(a[j], b[j], confidence=confidence)
+                found["t"][j] = verdict_of(p.diff.low, p.diff.high) != "inconclusive", p.verdict != "inconclusive"
+                for key, seq in (
+                    ("t-mixture, peeking", SequentialPaired(confidence, plan_n=4)),
+                    ("group-sequential", plan.paired(None, "cell")),
+                ):
+                    for i in range(0, n, 2):
+                        seq.update(a[j, i : i + 2], b[j, i : i + 2])
+                        found[key][j, 0] |= verdict_of(seq.low, seq.high) != "inconclusive"
+                        found[key][j, 1] |= seq.verdict != "inconclusive"
+                bet = paired(a[j], b[j], confidence=confidence, bounds=(0.0, 4000.0))
+                found["betting (bounds)"][j] = bet.verdict != "inconclusive"
+            for key in methods:
+                families[key] += found[key].any(axis=0)
+                cells[key] += found[key].mean(axis=0)
+        for key in methods:
+            fam, cell = families[key] / reps, cells[key] / reps
+            bad = key == "betting (bounds)" and fam[1] > 0.05 + 2 * se(0.05, reps)
+            rows.append(
+                [f"n={n}", key, rate(fam[0], reps), rate(fam[1], reps, bad), f"{cell[0]:.3f}", f"{cell[1]:.3f}",
+                 f"{no_fall / (reps * GUARD_CELLS):.3f} ({0.9**n:.3f})"]
+            )  # fmt: skip
+    return rows
+
+
+def guard_section(reps: int, seed: int, quick: bool) -> None:
+    """Print the skew guard's study: its cost on symmetric data, the false verdicts it leaves on skewed data."""
+    ns = (10, 30) if quick else GUARD_NS
+    print("\n### The skew guard: a fall observed withholds the verdict of a method that assumes near-symmetry\n")
+    print("Share of the t verdicts withheld (`skewed: declare bounds`) at an effect of 0.5 sd, one cell at 95%:")
+    print(f"fixed-n t at each n; the anytime t-mixture sequence looking every 4 episodes up to n={max(ns)}.")
+    print("Target: <= 0.02 on normal data, <= 0.10 on t(3).\n")
+    head = ["data (B - A)"] + [f"t, n={n}" for n in ns] + [f"t-mixture, n<={max(ns)}"]
+    print(table(head, guard_cost(reps, seed, ns)))
+    cells = GUARD_CELLS
+    print(f"\nFamilies of {cells} cells of one-sided falls (A ~3000 falls to ~200 one episode in ten, B ~2720 never")
+    print("falls; equal means), each cell at 1 - 0.05/20: the share of families with any false verdict, without the")
+    print("guard (the interval's own reading) and with it, then the same per cell; the anytime and planned")
+    print("sequences look every 2 episodes. Target with bounds: families <= 0.05.")
+    print("Betting: bounds [0, 4000] declared (never guarded). The last column: the share of cells in which no fall")
+    print("was observed (0.9^n): there the differences look like a real effect, and no method can tell.\n")
+    head = ["n", "method", "families: without guard", "with guard", "cells: without", "with", "cells with no fall"]
+    print(table(head, guard_false_verdicts(reps, seed, ns)))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.integrate import trapezoid
 
 from simeval.sequential import t_mixture_radius, t_mixture_scale
 from simeval.stats import SequentialMcNemar, SequentialMean, SequentialPaired, mcnemar
@@ -90,11 +91,13 @@ def test_equal_policies_are_called_equivalent_within_the_margin():
 
 
 def test_without_bounds_the_first_interval_waits_for_min_n():
-    seq = SequentialPaired(min_n=10)
+    seq = SequentialPaired(min_n=10, deterministic=True)
     seq.update(np.zeros(9), np.full(9, 5.0))
     assert (seq.low, seq.high, seq.verdict) == (-math.inf, math.inf, "inconclusive")
     seq.update([0.0], [5.0])
-    assert seq.low == seq.high == 5.0  # ten equal differences: the t-mixture interval has no width
+    assert seq.low == seq.high == 5.0  # ten equal differences of a deterministic task: an interval of no width
+    undeclared = SequentialPaired(min_n=10).update(np.zeros(10), np.full(10, 5.0))
+    assert (undeclared.low, undeclared.high) == (-math.inf, math.inf)  # otherwise no interval from them
 
 
 def test_the_defaults_look_from_two_episodes_tuned_for_sixteen():
@@ -132,10 +135,10 @@ def test_the_t_mixture_radius_is_where_the_integrated_bayes_factor_reaches_one_o
         return -(s2 - 2 * delta * sigma * total + n * (delta * sigma) ** 2) / (2 * sigma**2) - n * np.log(sigma)
 
     top = float(log_likelihood(0.0).max())
-    null = np.trapezoid(np.exp(log_likelihood(0.0) - top)[0], log_sigma)
+    null = trapezoid(np.exp(log_likelihood(0.0) - top)[0], log_sigma)
     prior = np.exp(-(effect**2) / (2 * g)) / math.sqrt(2 * math.pi * g)
-    inner = np.trapezoid(np.exp(log_likelihood(effect) - top) * prior, effect[:, 0], axis=0)
-    assert np.trapezoid(inner, log_sigma) / null == pytest.approx(1 / alpha, rel=1e-6)
+    inner = trapezoid(np.exp(log_likelihood(effect) - top) * prior, effect[:, 0], axis=0)
+    assert trapezoid(inner, log_sigma) / null == pytest.approx(1 / alpha, rel=1e-6)
     assert t_mixture_radius(2, 0.05, 0.5) == math.inf  # two episodes need g > 199.5 to reach 1 / 0.05 at all
 
 
@@ -247,3 +250,78 @@ def test_a_first_look_too_small_for_any_finite_interval_tunes_for_the_first_n_th
     for _ in range(6):
         seq.update(rng.normal(0, 1, 2), rng.normal(5, 1, 2))  # B better by 5 sd
     assert seq.verdict == "better" and seq.n == 12
+
+
+# ------------------------------------------------- the audit's findings (issue 46)
+
+
+def test_the_sequences_name_a_or_b_when_values_overflow_and_refuse_2d_input():
+    with pytest.raises(ValueError, match=r"^cell: episode 0 of B is 1e\+308, .*magnitude") as caught:
+        SequentialPaired(name="cell").update([0.0, 1.0], [1e308, 0.0])
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"^cell: A must be 1-D"):
+        SequentialPaired(name="cell").update(np.zeros((2, 2)), np.zeros((2, 2)))
+
+
+def test_no_sequential_verdict_from_zero_variance_unless_deterministic_nor_below_the_minimum_n():
+    """SequentialPaired().update([0]*5, [1]*5) was `better`."""
+    from simeval.stats import FEW_PAIRS, MIN_N, ZERO_VARIANCE
+
+    seq = SequentialPaired().update([0] * 5, [1] * 5)
+    assert (seq.verdict, seq.reason) == ("inconclusive", ZERO_VARIANCE)
+    assert SequentialPaired(deterministic=True).update([0] * 5, [1] * 5).verdict == "better"
+    few = SequentialPaired(bounds=(0, 1), confidence=0.3).update([0] * (MIN_N - 1), [1] * (MIN_N - 1))
+    assert (few.verdict, few.reason) == ("inconclusive", FEW_PAIRS)
+
+
+def test_a_fall_observed_withholds_the_sequences_that_assume_symmetry_and_the_stop_rule_waits():
+    """With a fall in the data the t-mixture and the planned looks withhold (`skewed: declare bounds`) and
+    LookPlan.stop does not stop on it; the betting sequence under declared bounds is not withheld."""
+    from simeval.sequential import LookPlan
+    from simeval.stats import SKEWED
+
+    rng = np.random.default_rng(0)
+    a = np.full(40, 3000.0) + rng.normal(0, 50, 40)
+    a[3] = 200.0  # one fall in 40 episodes: without the guard, both would call B worse
+    b = 2600.0 + rng.normal(0, 50, 40)
+    for design in ("anytime", "planned"):
+        plan = LookPlan("until-decided", 0.05, 1, 8, 40, design=design)
+        seq = plan.paired(None, "cell")
+        for i in range(0, 40, 8):
+            seq.update(a[i : i + 8], b[i : i + 8])
+            assert plan.stop(seq) in (None, "budget")
+        assert seq.high < 0 and (seq.verdict, seq.reason) == ("inconclusive", SKEWED), design
+    bounded = SequentialPaired(bounds=(0.0, 4000.0)).update(a, b)
+    assert bounded.reason != SKEWED
+
+
+def test_look_plan_confidence_splits_a_cells_share_between_return_and_success():
+    """Bonferroni by hand: alpha 0.05 over 10 rows is 0.005 a row; a row that also compares success spends
+    half of it on each sequence. (The mutant `1 - alpha / rows` with success survived: test_compare compared
+    the function with itself.)"""
+    from simeval.sequential import LookPlan
+
+    plan = LookPlan("until-decided", 0.05, 10, 4, 40)
+    assert plan.confidence() == pytest.approx(0.995, abs=1e-15)
+    assert plan.confidence(with_success=True) == pytest.approx(0.9975, abs=1e-15)
+    assert plan.mcnemar("cell").share.confidence == pytest.approx(0.9975, abs=1e-15)
+    assert plan.paired(None, "cell", with_success=True).confidence == pytest.approx(0.9975, abs=1e-15)
+
+
+@pytest.mark.parametrize(("n", "alpha", "g"), [(2, 0.05, 400.0), (5, 0.05, 3.0), (12, 0.01, 0.2), (40, 0.1, 1.0)])
+def test_the_t_mixture_radius_solves_the_closed_form_bayes_factor_with_n_minus_1_degrees_of_freedom(n, alpha, g):
+    """An independent reference: the Bayes factor of the one-sample t-test with a N(0, g) prior on the effect size
+    (Rouder et al. 2009, eq. 1 with g fixed; Gonen et al. 2005), BF(t) = (1 + n g)^(-1/2) ((1 + t^2/nu) /
+    (1 + t^2/(nu (1 + n g))))^((nu + 1) / 2) with nu = n - 1, solved for BF = 1/alpha by scipy's brentq.
+    (The mutant nu = n survived.)"""
+    from scipy.optimize import brentq
+
+    nu = n - 1
+
+    def log_bf(t: float) -> float:
+        return -0.5 * math.log1p(n * g) + (nu + 1) / 2 * (
+            math.log1p(t * t / nu) - math.log1p(t * t / (nu * (1 + n * g)))
+        )
+
+    radius = brentq(lambda t: log_bf(t) - math.log(1 / alpha), 1e-9, 1e6, xtol=1e-12, rtol=1e-13)
+    assert t_mixture_radius(n, alpha, g) == pytest.approx(radius, rel=1e-9)

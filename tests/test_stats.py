@@ -61,7 +61,7 @@ def test_mean_ci_rejects_bad_input_naming_the_argument(bad):
 
 def test_a_constant_shift_gives_a_collapsed_interval_exactly():
     a = np.arange(20.0)
-    result = stats.paired(a, a + 1)
+    result = stats.paired(a, a + 1, deterministic=True)  # a verdict from zero variance needs the declaration
     assert result.n == 20 and result.mean_a == pytest.approx(9.5) and result.mean_b == pytest.approx(10.5)
     assert result.diff == Interval(1.0, 1.0, 1.0)
     assert (result.verdict, result.method, result.b_wins, result.pairing_gain) == ("better", "t", 1.0, math.inf)
@@ -450,3 +450,68 @@ def test_the_bootstrap_chunk_size_changes_no_number(chunk, monkeypatch):
     one_chunk = everything()
     monkeypatch.setattr(stats._bootstrap, "_CHUNK_ELEMENTS", chunk)
     assert everything() == one_chunk
+
+
+# ------------------------------------------------- the audit's findings (issue 46)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [([-1e308] * 3, [1e308] * 3), ([1e300, -1e300, 0.0], [0.0, 1e300, -1e300]), ([0.0] * 3, [1e300] * 3)]
+)
+def test_values_whose_differences_overflow_are_one_line_errors_not_infinite_intervals(a, b):
+    """paired([-1e308]*3, [1e308]*3) was Interval(inf, nan, nan) and 1e300s gave (-inf, inf): now refused."""
+    with pytest.raises(ValueError, match=r"^[ab] .*magnitude") as caught:
+        stats.paired(a, b)
+    assert "\n" not in str(caught.value)
+
+
+def test_no_verdict_below_the_minimum_n_nor_from_zero_variance_unless_deterministic():
+    """Two pairs of identical differences were `better` at any confidence."""
+    tiny = stats.paired([0, 0], [1e-9, 1e-9], confidence=0.999999)
+    assert (tiny.verdict, tiny.reason) == ("inconclusive", stats.FEW_PAIRS)
+    assert stats.MIN_N <= 4  # the shipped demo decides at 4 episodes
+    constant = stats.paired([0] * 6, [1e-9] * 6)
+    assert (constant.verdict, constant.reason) == ("inconclusive", stats.ZERO_VARIANCE)
+    assert constant.diff == Interval(1e-9, 1e-9, 1e-9)  # the interval is still the method's
+    declared = stats.paired([0] * 6, [1e-9] * 6, deterministic=True)
+    assert (declared.verdict, declared.reason) == ("better", "")
+    at_min = stats.paired([0.0, 0.1, 0.0, 0.2], [5.0, 5.2, 5.1, 5.0])
+    assert (at_min.n, at_min.verdict, at_min.reason) == (stats.MIN_N, "better", "")
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda: stats.paired([1, 2], [2, 3], margin=-1), r"^margin must be a finite number >= 0"),
+        (lambda: stats.paired([1, 2], [2, 3], margin=math.nan), r"^margin must be a finite number >= 0"),
+        (lambda: stats.SequentialPaired(margin=-1), r"^margin must be a finite number >= 0"),
+        (lambda: stats.family_confidence(0.05, 2.5), r"^rows must be an integer >= 1"),
+        (lambda: stats.family_confidence(0.05, 0), r"^rows must be an integer >= 1"),
+        (lambda: stats.SequentialPaired().update([[1.0, 2.0]], [[1.0, 2.0]]), r"^the comparison: A .*1-D"),
+        (lambda: stats.SequentialMean().update([[1.0, 2.0]]), r"^the evaluation: .*1-D"),
+    ],
+)
+def test_input_checks_are_the_same_everywhere(call, pattern):
+    """paired accepted margin=-1 and NaN (SequentialPaired refused), family_confidence(0.05, 2.5) returned 0.98,
+    SequentialPaired.update flattened 2-D input (paired refused)."""
+    with pytest.raises(ValueError, match=pattern) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+
+
+def test_a_fall_observed_withholds_the_t_verdict_but_not_the_bounded_one():
+    """Skewed differences without bounds gave false verdicts silently: with a fall in the data, the t verdict
+    is withheld (`skewed: declare bounds`); the betting interval under declared bounds keeps its verdict."""
+    rng = np.random.default_rng(3)
+    # The issue's cell: A returns ~3000 and falls to ~200 one episode in ten, B never falls (equal means); here
+    # one fall in 40 episodes, so the t-interval alone would call B worse.
+    a, b = 3000.0 + rng.normal(0, 50, 40), 2720.0 + rng.normal(0, 50, 40)
+    a[7] = 200.0
+    old = stats.paired(a, b)
+    assert old.method == "t" and old.diff.high < 0  # the t interval alone would call B worse
+    assert (old.verdict, old.reason) == ("inconclusive", stats.SKEWED)
+    bounded = stats.paired(a, b, bounds=(0.0, 4000.0))
+    assert bounded.reason == "" and bounded.verdict == stats.verdict_of(bounded.diff.low, bounded.diff.high)
+    rng = np.random.default_rng(4)
+    normal = [stats.paired(np.zeros(20), rng.normal(1.0, 1.0, 20)) for _ in range(200)]
+    assert sum(p.reason == stats.SKEWED for p in normal) <= 4  # normal data: the guard almost never fires

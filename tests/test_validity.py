@@ -147,3 +147,70 @@ def test_planned_looks_use_fewer_episodes_than_the_fixed_n_at_equal_power():
     n_fix, fixed_power, budget, _looks, power, mean_episodes = row[:6]
     assert n_fix == 34 and float(power) >= float(fixed_power)
     assert float(mean_episodes.split()[0]) < 0.9 * n_fix, row  # about 20% fewer
+
+
+# ------------------------------------------------- the skew guard in the report (issue 46)
+
+
+def _results_line(task: str, condition: str, returns: np.ndarray, bounds: tuple[float, float] | None) -> dict:
+    """A suite runner's ok line (the fields report compare reads; tests/test_compare.py builds them the same way)."""
+    values = [float(x) for x in returns]
+    line = {
+        "status": "ok",
+        "step": 1000,
+        "metrics": {"reward": float(np.mean(values)), "num_episodes": len(values)},
+        "episode_returns": values,
+        "episode_lengths": [1000] * len(values),
+        "episode_seeds": list(range(len(values))),
+        "checkpoint": "/abs/path/ck_1000.pt",
+        "checkpoint_name": "ck_1000.pt",
+        "env": task,
+        "seed": 0,
+        "suite": "synthetic",
+        "task": task,
+        "condition": condition,
+        "condition_settings": {},
+    }
+    if bounds is not None:
+        line["bounds"] = {"low": bounds[0], "high": bounds[1]}
+    return line
+
+
+def test_the_report_says_skewed_declare_bounds_in_its_json_table_and_legend(tmp_path):
+    """One cell of the issue's falls (A ~3000, one fall to ~200 in 40 episodes; B ~2720, equal means): without
+    bounds the t-interval lies below 0, the verdict is withheld and the reason is in --json, the note column and
+    the legend (what it means, what to do); with bounds declared the betting interval decides or not, unguarded."""
+    import json
+    import subprocess
+    import sys
+
+    from simeval.records import append_record
+
+    rng = np.random.default_rng(3)
+    a, b = 3000.0 + rng.normal(0, 50, 40), 2720.0 + rng.normal(0, 50, 40)
+    a[7] = 200.0
+    dirs = {}
+    for bounds in (None, (0.0, 4000.0)):
+        for name, returns in (("a", a), ("b", b)):
+            out = tmp_path / ("bounded" if bounds else "bare") / name
+            out.mkdir(parents=True)
+            append_record(str(out / "results.jsonl"), _results_line("Hopper-v5", "nominal", returns, bounds))
+            dirs[(bounds is not None, name)] = str(out)
+
+    def report(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "simeval.report", "compare", *args], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    bare = [dirs[(False, "a")], dirs[(False, "b")]]
+    (row, _aggregate) = json.loads(report(*bare, "--json"))
+    assert row["diff_ci_high"] < 0 and (row["verdict"], row["reason"]) == ("inconclusive", "skewed: declare bounds")
+    text = report(*bare)
+    table_row = next(line for line in text.splitlines() if line.startswith("Hopper-v5"))
+    assert "inconclusive" in table_row and "skewed: declare bounds" in table_row
+    legend = next(line for line in text.splitlines() if line.strip().startswith("skewed: declare bounds:"))
+    assert "near-symmetric" in legend and "declare the task's bounds" in legend
+    (row, _aggregate) = json.loads(report(dirs[(True, "a")], dirs[(True, "b")], "--json"))
+    assert row["method"] == "betting" and row["reason"] == ""

@@ -57,6 +57,7 @@ JSON_KEYS = (
     "diff_ci_high",
     "confidence",
     "verdict",
+    "reason",
     "method",
     "episodes",
     "stop",
@@ -524,6 +525,7 @@ def _adaptive_cell(
         diff=stats.Interval(seq.diff, seq.low, seq.high),
         verdict=seq.verdict,
         method=seq.method,
+        reason=seq.reason,
     )
     success = None
     if success_seq is not None:
@@ -735,11 +737,13 @@ def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
     """The ``--json`` list: one object per cell, then the aggregate (task and condition ``"*"``).
 
     Each object has exactly the keys of :data:`JSON_KEYS`; a number that is not finite is
-    ``null`` (strict JSON). ``share_b_ahead`` is the share of episodes on which B scored
-    higher than A, ties counted half (a description, not a test); ``pairing_gain`` how many
-    times more episodes an unpaired comparison would need; ``scale`` what the aggregate row
-    divides the cell's difference by. The aggregate's ``mean_a``/``mean_b`` are the means over
-    cells of the normalised mean returns, its ``scale`` is ``reference``, ``bounds`` or ``raw``.
+    ``null`` (strict JSON). ``reason`` says why a verdict the interval reads was withheld
+    (:data:`simeval.stats.verdicts.REASONS`, e.g. ``skewed: declare bounds``; ``""``: none was).
+    ``share_b_ahead`` is the share of episodes on which B scored higher than A, ties counted
+    half (a description, not a test); ``pairing_gain`` how many times more episodes an unpaired
+    comparison would need; ``scale`` what the aggregate row divides the cell's difference by.
+    The aggregate's ``mean_a``/``mean_b`` are the means over cells of the normalised mean
+    returns, its ``scale`` is ``reference``, ``bounds`` or ``raw``.
     """
     out = []
     for c in comparison.cells:
@@ -754,6 +758,7 @@ def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
             _number(p.diff.high),
             _number(c.confidence),
             p.verdict,
+            p.reason,
             p.method,
             p.n,
             c.stop,
@@ -776,6 +781,7 @@ def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
         _number(g.diff.high),
         _number(g.confidence),
         g.verdict,
+        "",
         "mean of intervals",
         g.episodes,
         None,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from simeval.report.comparison import METHODS, UNFINISHED, CellResult, Comparison
+from simeval.stats.verdicts import FEW_PAIRS, MIN_N, SKEWED, ZERO_VARIANCE
 
 VERDICT = "verdict"
 NOTE = "note"
@@ -178,6 +179,21 @@ def legend_lines(comparison: Comparison) -> list[str]:
         lines.append("  success A, success B: success rates; success verdict: B's success against A's, as above")
     if any(_note(cell) for cell in c.cells):
         lines.append("  note: for an inconclusive cell, what to do next (its next: line below)")
+    reasons = {cell.paired.reason for cell in c.cells}
+    if SKEWED in reasons:
+        lines.append(
+            f"  {SKEWED}: the range would decide, but one episode's difference lies far beyond the others' spread "
+            "(a fall), and this method's range assumes near-symmetric differences: it would give false verdicts. "
+            "The verdict is withheld: declare the task's bounds on one episode's return (the suite's bounds: "
+            "{low, high}) so the bounded (betting) range decides, valid whatever the falls"
+        )
+    if ZERO_VARIANCE in reasons:
+        lines.append(
+            f"  {ZERO_VARIANCE}: every episode gave the same difference, so the range has no width; a verdict "
+            "from it needs the task declared deterministic"
+        )
+    if FEW_PAIRS in reasons:
+        lines.append(f"  {FEW_PAIRS}: no verdict from fewer than {MIN_N} episodes per checkpoint")
     return lines
 
 
@@ -196,6 +212,8 @@ def _note(cell: CellResult) -> str:
     """The note column of an inconclusive cell: the next step in a few words."""
     if cell.verdict != "inconclusive":
         return ""
+    if cell.paired.reason:
+        return cell.paired.reason
     if cell.looks is None:
         return "next: a new run, more --episodes"
     if _planned(cell):
@@ -223,6 +241,11 @@ def _next_step(comparison: Comparison, cell: CellResult) -> str:
     """What to do about one inconclusive cell."""
     name = f"{cell.task} / {cell.condition}"
     n = cell.paired.n
+    if cell.paired.reason == SKEWED:
+        return (
+            f"{name}: {SKEWED}: an episode fell far from the others and the {cell.paired.method} range assumes "
+            "near-symmetric differences; declare the task's bounds (the suite's bounds: {low, high}) and compare again"
+        )
     if cell.looks is None:
         return (
             f"{name}: inconclusive after {n} episodes per checkpoint: a fixed-n comparison cannot be extended; "

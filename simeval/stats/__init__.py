@@ -50,9 +50,14 @@ from simeval.stats.intervals import Interval, Paired, family_confidence, mean_ci
 from simeval.stats.selection import SequentialSelection
 from simeval.stats.sequential import SequentialMcNemar, SequentialMean, SequentialPaired
 from simeval.stats.success import McNemar, mcnemar
-from simeval.stats.verdicts import VERDICTS, verdict_of
+from simeval.stats.verdicts import FEW_PAIRS, MIN_N, REASONS, SKEWED, VERDICTS, ZERO_VARIANCE, verdict_of
 
 __all__ = [
+    "FEW_PAIRS",
+    "MIN_N",
+    "REASONS",
+    "SKEWED",
+    "ZERO_VARIANCE",
     "STATISTICS",
     "VERDICTS",
     "Array",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Union
 
@@ -12,6 +13,8 @@ import numpy as np
 Array = Union[Sequence[float], np.ndarray]
 # Per-task scores: task name -> 1-D array of per-episode scores (tasks may differ in length).
 TaskScores = Mapping[str, Array]
+# The largest magnitude a value may have: beyond it, squares (variances) and differences overflow a double.
+LARGEST = 1e150
 
 
 def _array(x: Array, name: str, allow_empty: bool = False) -> np.ndarray:
@@ -31,7 +34,41 @@ def _array(x: Array, name: str, allow_empty: bool = False) -> np.ndarray:
         at = int(np.flatnonzero(bad)[0])
         kind = "NaN" if math.isnan(data[at]) else "an infinite value"
         raise ValueError(f"{name} contains {kind} (at index {at}).")
+    big = np.flatnonzero(np.abs(data) > LARGEST)
+    if len(big):
+        at = int(big[0])
+        raise ValueError(f"{name} {too_large(float(data[at]))} (at index {at}).")
     return data
+
+
+def too_large(value: float) -> str:
+    """The words of the refusal of a value beyond :data:`LARGEST` (after what names it)."""
+    return f"has {value!r}, beyond {LARGEST:g} in magnitude (its differences and squares overflow): rescale the values"
+
+
+def check_margin(margin: float) -> float:
+    """The equivalence margin as a float; ValueError unless it is a finite number >= 0."""
+    try:
+        value = float(margin)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"margin must be a finite number >= 0 (0: no equivalence verdict), got {margin!r}.")
+    return value
+
+
+def check_confidence(confidence: float) -> float:
+    """The confidence as a float; ValueError unless it is in (0, 1)."""
+    if not (isinstance(confidence, numbers.Real) and 0.0 < confidence < 1.0):
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}.")
+    return float(confidence)
+
+
+def check_rows(rows: int) -> int:
+    """A family's number of rows; ValueError unless it is an integer >= 1."""
+    if isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1:
+        raise ValueError(f"rows must be an integer >= 1 (a family has at least one row), got {rows!r}.")
+    return int(rows)
 
 
 def _task_arrays(scores: TaskScores, name: str) -> dict[str, np.ndarray]:

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from simeval.metrics import ROUND_CI_METHOD, mean_interval
-from simeval.stats._checks import Array, _array, _check_bootstrap
+from simeval.stats._checks import Array, _array, _check_bootstrap, check_confidence, check_margin, check_rows
+from simeval.stats.methods import METHODS
 from simeval.stats.sequential import SequentialPaired
-from simeval.stats.verdicts import verdict_of
+from simeval.stats.verdicts import verdict_with_reason
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,18 @@ class Paired:
         mean_b: Mean of B's per-episode values.
         diff: ``mean(b - a)`` and its interval (see :func:`paired` for the method).
         verdict: What ``diff``'s interval says: ``better`` (above 0), ``worse`` (below 0),
-            ``equivalent`` (inside ``(-margin, margin)``), else ``inconclusive``.
+            ``equivalent`` (inside ``(-margin, margin)``), else ``inconclusive``; ``inconclusive``
+            too where ``reason`` withholds what the interval says.
         b_wins: The share of episodes B scored higher in, ties counted half
             (``mean_j([b_j > a_j] + 0.5 [b_j == a_j])``): a description, not a test.
         pairing_gain: ``(var(a) + var(b)) / var(b - a)``: how many times more episodes an
             unpaired comparison would need for the same interval width (1: pairing gained
             nothing; inf: every difference is the same; NaN: fewer than 2 pairs).
-        method: ``"t"`` (Student's t on the differences) or ``"betting"`` (declared bounds).
+        method: ``"t"`` (Student's t on the differences) or ``"betting"`` (declared bounds): a name
+            of :data:`simeval.stats.methods.METHODS`.
+        reason: Why the verdict the interval reads is withheld (one of
+            :data:`simeval.stats.verdicts.REASONS`: fewer than ``MIN_N`` pairs, zero variance in an
+            undeclared-deterministic task, ``skewed: declare bounds``), or ``""``.
     """
 
     n: int
@@ -56,6 +62,7 @@ class Paired:
     b_wins: float
     pairing_gain: float
     method: str
+    reason: str = ""
 
 
 def mean_ci(
@@ -93,6 +100,7 @@ def paired(
     confidence: float = 0.95,
     bounds: tuple[float, float] | None = None,
     margin: float = 0.0,
+    deterministic: bool = False,
 ) -> Paired:
     """Compare B with A on one cell, where episode ``j`` of both ran with the same seed.
 
@@ -108,6 +116,11 @@ def paired(
       :class:`simeval.stats.sequential.SequentialPaired` after the ``n`` pairs: valid in finite
       samples for any distribution within the bounds. A value outside them is a ValueError.
 
+    The verdict is withheld (``inconclusive``, with the ``reason``) below
+    :data:`simeval.stats.verdicts.MIN_N` pairs; and, for the t-interval, from differences that
+    are all equal unless the task is declared ``deterministic``, and where the differences show
+    a fall (:func:`simeval.stats.verdicts.skewed`: ``skewed: declare bounds``).
+
     For a family of cells, pass each cell ``confidence=family_confidence(...)`` (Bonferroni):
     every interval then holds at once with the family's confidence.
 
@@ -117,20 +130,22 @@ def paired(
         confidence: Coverage of the interval.
         bounds: ``(low, high)`` on one episode's value, or None.
         margin: The equivalence margin in the values' units (0: no ``equivalent`` verdict).
+        deterministic: Whether the task is deterministic: identical differences are then a verdict.
 
     Returns:
         The :class:`Paired` summary.
 
     Raises:
-        ValueError: The arrays are empty, differ in length, are not finite, or leave ``bounds``.
+        ValueError: The arrays are empty, differ in length, are not finite or beyond 1e150 in
+            magnitude, or leave ``bounds``; ``margin`` is not a finite number >= 0.
     """
     from scipy.stats import t as student
 
     a_data, b_data = _array(a, "a"), _array(b, "b")
     if a_data.size != b_data.size:
         raise ValueError(f"a and b must be paired episode by episode: a has {a_data.size} values, b has {b_data.size}.")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
+    check_confidence(confidence)
+    margin = check_margin(margin)
     n = int(a_data.size)
     d = b_data - a_data
     mean = float(d.mean())
@@ -142,15 +157,19 @@ def paired(
     else:
         half = float(student.ppf(1 - (1 - confidence) / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
         diff, method = Interval(mean, mean - half, mean + half), "t"
+    symmetric = METHODS[method].assumes_symmetry
+    magnitude = float(max(np.max(np.abs(a_data)), np.max(np.abs(b_data))))
+    verdict, reason = verdict_with_reason(diff.low, diff.high, margin, d, symmetric, deterministic, magnitude)
     return Paired(
         n=n,
         mean_a=float(a_data.mean()),
         mean_b=float(b_data.mean()),
         diff=diff,
-        verdict=verdict_of(diff.low, diff.high, margin),
+        verdict=verdict,
         b_wins=float(np.mean((b_data > a_data) + 0.5 * (b_data == a_data))),
         pairing_gain=_pairing_gain(a_data, b_data),
         method=method,
+        reason=reason,
     )
 
 
@@ -173,9 +192,7 @@ def family_confidence(alpha: float, rows: int) -> float:
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}.")
-    if rows < 1:
-        raise ValueError(f"a family has at least one row, got {rows}.")
-    return 1.0 - alpha / rows
+    return 1.0 - alpha / check_rows(rows)
 
 
 def mean_of_intervals(intervals: Sequence[Interval], scales: Sequence[float]) -> Interval:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simeval.stats.verdicts import SKEWED  # noqa: F401 - the reason a symmetric method withholds with
+
 
 @dataclass(frozen=True)
 class Method:
@@ -56,8 +58,6 @@ _ALL = (
     Method("stratified bootstrap", "rliable's stratified percentile bootstrap across tasks", False),
 )
 METHODS: dict[str, Method] = {m.name: m for m in _ALL}
-# The reason a method that assumes near-symmetry gives when it withholds its verdict.
-SKEWED = "skewed: declare bounds"
 
 
 def method(name: str) -> Method:

@@ -8,17 +8,29 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simeval.stats._checks import LARGEST
+
 
 def checked(
     x: Sequence[float] | np.ndarray, bounds: tuple[float, float] | None, name: str, first: int, label: str = ""
 ) -> np.ndarray:
-    """``x`` as float64; a ValueError naming ``name`` and the first episode (numbered from ``first``) that is
-    not finite or lies outside ``bounds``."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    """``x`` as a 1-D float64 array; a ValueError naming ``name`` and the first episode (numbered from ``first``)
+    that is not finite, beyond :data:`~simeval.stats._checks.LARGEST` in magnitude or outside ``bounds``, or
+    naming ``label`` when ``x`` is not 1-D (one value per episode)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim > 1:
+        raise ValueError(f"{name}: {label or 'the values'} must be 1-D (one value per episode), got shape {x.shape}.")
+    x = x.reshape(-1)
     of = f" of {label}" if label else ""
     bad = np.flatnonzero(~np.isfinite(x))
     if len(bad):
         raise ValueError(f"{name}: episode {first + int(bad[0])}{of} is {float(x[bad[0]])!r}.")
+    big = np.flatnonzero(np.abs(x) > LARGEST)
+    if len(big):
+        raise ValueError(
+            f"{name}: episode {first + int(big[0])}{of} is {float(x[big[0]])!r}, beyond {LARGEST:g} in magnitude "
+            "(its differences and squares overflow): rescale the values."
+        )
     if bounds is not None:
         lo, hi = bounds
         out = np.flatnonzero((x < lo) | (x > hi))

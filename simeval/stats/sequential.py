@@ -32,9 +32,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simeval.stats._checks import check_margin
 from simeval.stats.group_sequential import GroupSequentialMean
+from simeval.stats.methods import METHODS
 from simeval.stats.running import RunningInterval, bounds_of, checked
-from simeval.stats.verdicts import VERDICTS, verdict_of  # noqa: F401 - re-exported
+from simeval.stats.verdicts import (  # noqa: F401 - VERDICTS and verdict_of re-exported
+    MIN_N,
+    VERDICTS,
+    ZERO_VARIANCE,
+    constant,
+    verdict_of,
+    verdict_with_reason,
+)
 
 GRID = 4096  # candidate means of the betting CS, on [0, 1] after the bounds' rescaling
 
@@ -148,6 +157,9 @@ class SequentialMean(RunningInterval):
         self.alpha = 1 - confidence
         super().__init__()
         self._betting = _Betting(self.alpha) if bounds is not None else None
+        # Whether identical values are the mean exactly (a zero-width interval); SequentialPaired clears it unless
+        # the task is declared deterministic, and the asymptotic CS then waits for values that differ.
+        self.constant_is_exact = True
 
     def update(self, x: Sequence[float] | np.ndarray) -> SequentialMean:
         """Take the next episodes' values, in seed order; returns self."""
@@ -169,7 +181,7 @@ class SequentialMean(RunningInterval):
         x = np.asarray(self._values)
         mean, sd = float(x.mean()), float(x.std(ddof=1))
         radius = t_mixture_radius(n, self.alpha, t_mixture_scale(self.plan_n, self.alpha))
-        if math.isinf(radius):
+        if math.isinf(radius) or (sd == 0 and not self.constant_is_exact):
             return -math.inf, math.inf
         half = radius * sd / math.sqrt(n)
         return mean - half, mean + half
@@ -199,6 +211,13 @@ class SequentialPaired:
             is the budget), and the intervals are a group-sequential design's repeated
             intervals over them (:class:`simeval.stats.group_sequential.GroupSequentialMean`; t
             based, bounds still checked). Updates must land on the looks.
+        deterministic: whether the task is deterministic. If not (the default), identical
+            differences give no interval and no verdict (their t interval would have no width).
+
+    The verdict is withheld (``inconclusive``, with :attr:`reason`) below
+    :data:`simeval.stats.verdicts.MIN_N` pairs, and, for the sequences that assume near-symmetry
+    (t-mixture, planned looks; not the betting sequence), where the differences show a fall
+    (``skewed: declare bounds``): :meth:`LookPlan.stop` then looks again.
     """
 
     def __init__(
@@ -210,9 +229,9 @@ class SequentialPaired:
         plan_n: int = 16,
         name: str = "the comparison",
         looks: Sequence[int] | None = None,
+        deterministic: bool = False,
     ) -> None:
-        if not (math.isfinite(margin) and margin >= 0):
-            raise ValueError(f"margin must be a finite number >= 0, got {margin!r}.")
+        margin = check_margin(margin)
         self.bounds = bounds_of(bounds)
         span = None if self.bounds is None else self.bounds[1] - self.bounds[0]
         self.differences: SequentialMean | GroupSequentialMean
@@ -220,7 +239,10 @@ class SequentialPaired:
             self.differences = GroupSequentialMean(confidence, looks, name)
         else:
             self.differences = SequentialMean(confidence, None if span is None else (-span, span), min_n, plan_n, name)
+        self.differences.constant_is_exact = bool(deterministic)
         self.confidence, self.margin, self.name = confidence, float(margin), name
+        self.deterministic = bool(deterministic)
+        self._magnitude = 0.0  # the largest |a|, |b| taken: the rounding of b - a
 
     def update(self, a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> SequentialPaired:
         """Take the next paired episodes (``a[i]`` and ``b[i]`` share a seed), in seed order; returns self."""
@@ -228,6 +250,8 @@ class SequentialPaired:
         if a.shape != b.shape:
             raise ValueError(f"{self.name}: {len(a)} episodes of A but {len(b)} of B: pairs come together.")
         self.differences.update(b - a)
+        if len(a):
+            self._magnitude = max(self._magnitude, float(np.max(np.abs(a))), float(np.max(np.abs(b))))
         return self
 
     @property
@@ -253,7 +277,22 @@ class SequentialPaired:
     @property
     def verdict(self) -> str:
         """``better``, ``worse``, ``equivalent`` or ``inconclusive``, from the interval (see the class)."""
-        return verdict_of(self.low, self.high, self.margin)
+        return self._read()[0]
+
+    @property
+    def reason(self) -> str:
+        """Why the verdict the interval reads is withheld (:data:`simeval.stats.verdicts.REASONS`), or ``""``."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[str, str]:
+        d = np.asarray(self.differences._values)
+        symmetric = METHODS[self.method].assumes_symmetry
+        verdict, reason = verdict_with_reason(
+            self.low, self.high, self.margin, d, symmetric, self.deterministic, self._magnitude
+        )
+        if not reason and symmetric and not self.deterministic and d.size >= MIN_N and constant(d, self._magnitude):
+            reason = ZERO_VARIANCE  # the interval itself waits for differences that differ
+        return verdict, reason
 
     @property
     def method(self) -> str:
@@ -383,12 +422,16 @@ class LookPlan:
         every = range(self.look_every, self.max_episodes + 1, self.look_every)
         return tuple(every) + ((self.max_episodes,) if self.max_episodes % self.look_every else ())
 
-    def paired(self, bounds: tuple[float, float] | None, name: str, with_success: bool = False) -> SequentialPaired:
+    def paired(
+        self, bounds: tuple[float, float] | None, name: str, with_success: bool = False, deterministic: bool = False
+    ) -> SequentialPaired:
         """A cell's sequence for B - A: tuned for the first look (``anytime``, or any cell with ``bounds``), or
-        over the planned looks (``planned``, no bounds)."""
+        over the planned looks (``planned``, no bounds); ``deterministic``: see :class:`SequentialPaired`."""
         looks = self.looks() if self.design == "planned" and bounds is None else None
         confidence = self.confidence(with_success)
-        return SequentialPaired(confidence, bounds, self.margin, plan_n=self.look_every, name=name, looks=looks)
+        return SequentialPaired(
+            confidence, bounds, self.margin, plan_n=self.look_every, name=name, looks=looks, deterministic=deterministic
+        )
 
     def mcnemar(self, name: str) -> SequentialMcNemar:
         """A cell's sequence for success (McNemar's sequential form): the other half of the cell's share."""
