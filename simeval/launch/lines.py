@@ -13,6 +13,10 @@ Every job's ok line, and a plain run's failed lines, carry ``settings``
 (:func:`simeval.launch.build.run_settings`): what the run was asked to evaluate
 with, so a later run into the same ``--out`` with other settings is refused
 rather than mixed in (:func:`simeval.launch.results.other_settings`).
+
+Every line says its ``schema`` (:data:`simeval.records.SCHEMA_VERSION`) and every ok line the method
+of its interval (``ci_method``): :func:`simeval.records.make_record` and
+:func:`~simeval.records.failed_record` write them, so a served evaluator's lines carry them too.
 """
 
 from __future__ import annotations
