@@ -37,14 +37,14 @@ its line (``retry: "resume"``, or ``--retry-failed``). Lines of another checkpoi
 suite, look plan or bounds refuse the resume in one line: one results directory
 holds one adaptive run.
 
-**Why not the Pipeline.** :class:`~simeval.launch.pipeline.Pipeline` runs
-independent jobs from a source of checkpoints and records each alone. A look
-depends on the cell's previous look (its verdict decides whether there is one), and
-its two halves go to two files together (the last look's ``stop`` is known only once
-both are in). So this module keeps its own small dispatch loop, over the same
-:class:`~simeval.launch.session.Session` slots (``--workers K`` on Ray: K slots),
-the same record builder (:mod:`simeval.launch.lines`),
-the same results files and attempts journal (:class:`~simeval.launch.results.ResultsLog`).
+**The strategy and the scheduler.** What is evaluated next and when a cell stops is the
+look-by-look strategy's (:class:`simeval.strategies.LookStrategy`: it proposes each cell's
+next look once the previous one is decided, holds a look's rounds until all are in, and
+replays the lines on a resume); this module checks the plans and the lines, and runs the
+strategy on the launcher's one dispatch loop (:class:`~simeval.launch.scheduler.Scheduler`)
+over the :class:`~simeval.launch.session.Session`'s slots (``--workers K`` on Ray: K
+slots), with the same record builder (:mod:`simeval.launch.lines`), results files and
+attempts journal (:class:`~simeval.launch.results.ResultsLog`) as every run.
 A slot's evaluator is built for a cell (:attr:`LookCell.slot_key`: its looks differ only
 in their seed) and plan, and kept across the cell's looks, and across A and B when they
 share a plan: each round is given its look's seed (``Evaluator.trigger_eval(seed=...)``),
@@ -58,36 +58,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints import load_checkpoint
-from simeval.conditions import LOOK_STRIDE, look_seed
+from simeval.conditions import LOOK_STRIDE
 from simeval.envs.simulators import simulator_for
 from simeval.envs.simulators.task_config import TaskConfigSimulator
-from simeval.launch.cells import BoundsError
 from simeval.launch.config import ConfigError, LaunchConfig
-from simeval.launch.lines import Look, failed_line, ok_line
-from simeval.launch.progress import ProgressBoard
 from simeval.launch.results import ResultsLog, failures_line
-from simeval.launch.session import PlanBusy, error_kind
+from simeval.launch.scheduler import Scheduler
 from simeval.launch.sources import checkpoint_name
 from simeval.launch.suite_run import SuiteCell
-from simeval.records import plain, retried_on_resume
-from simeval.sequential import LookPlan, SequentialMean, SequentialPaired
+from simeval.sequential import LookPlan
+from simeval.strategies import CellLooks, LookStrategy
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
     from simeval.envs.simulators import Simulator
     from simeval.launch.session import Session
     from simeval.launch.suite import Suite, SuiteTask
-
-_TICK_S = 0.2
-_SUCCESS = ("episode_success_once", "episode_success_at_end")
 
 
 @dataclass(frozen=True)
@@ -108,7 +99,7 @@ class LookCell:
     def slot_key(self) -> tuple:
         """(task, condition): what a slot's evaluator is built for, whatever the look.
 
-        The looks of a cell differ only in their seed, which :meth:`Looks._start_idle` gives each round
+        The looks of a cell differ only in their seed, which the scheduler gives each round
         (see :func:`simeval.launch.session.slot_key`).
         """
         return self.base.key
@@ -156,73 +147,6 @@ class Side:
     log: ResultsLog
 
 
-@dataclass
-class CellRun:
-    """One cell's looks: its plan, its sequence so far, the look it is at, and why it stopped."""
-
-    cell: SuiteCell
-    plan: LookPlan
-    look: int = 0
-    """The look being evaluated, or the next one."""
-    seq: SequentialPaired | SequentialMean | None = None
-    """Built at the first look's results (``with_success`` is known then)."""
-    stop: str | None = None
-    error: str | None = None
-    arrived: dict[str, tuple] = field(default_factory=dict)
-    """This look's rounds in so far: side label -> (job, result, seconds, slot as it was)."""
-
-    @property
-    def bounds(self) -> tuple[float, float] | None:
-        """The task's declared bounds on one episode's return."""
-        return self.cell.cell.task.bounds
-
-    @property
-    def over(self) -> bool:
-        """Stopped, or failed: no more looks."""
-        return self.stop is not None or self.error is not None
-
-    def look_cell(self) -> LookCell:
-        """The cell at its current look."""
-        return LookCell(self.cell, self.look, self.plan.look_every, look_seed(self.cell.cell.task.seed, self.look))
-
-    def advance(self, episodes: Mapping[str, tuple[list[float], list[int] | None, bool]]) -> str | None:
-        """Take one look's episodes (side label -> returns, seeds, records success) in one update; why it stops.
-
-        Raises:
-            ValueError: a return outside the bounds, or A and B ran other episodes (names the cell).
-        """
-        name = self.cell.name
-        if self.plan.rule == "until-decided":
-            returns_a, seeds_a, success_a = episodes["A"]
-            returns_b, seeds_b, success_b = episodes["B"]
-            returns_b = _in_order_of(seeds_a, seeds_b, returns_b, name)
-            if self.seq is None:
-                self.seq = self.plan.paired(self.bounds, name, with_success=success_a or success_b)
-            self.seq.update(returns_a, returns_b)
-        else:
-            ((returns, _, _),) = episodes.values()
-            if self.seq is None:
-                self.seq = self.plan.mean(self.bounds, name)
-            self.seq.update(returns)
-        return self.plan.stop(self.seq)
-
-
-@dataclass
-class Job:
-    """One round: a side's checkpoint on a cell's look."""
-
-    side: Side
-    run: CellRun
-    cell: LookCell
-    started: float = 0.0
-    attempt: int = 1
-
-    @property
-    def key(self) -> list[Any]:
-        """(checkpoint name, task, condition, look): what the attempts journal counts."""
-        return [self.side.name, *self.cell.key]
-
-
 def run_adaptive(session: Session, suite: Suite, out: str) -> int:
     """``--until-decided`` / ``--until-precise`` on ``suite``'s cells into ``out``, resuming what is there; exit 0."""
     cfg = session.cfg
@@ -235,7 +159,8 @@ def run_adaptive(session: Session, suite: Suite, out: str) -> int:
         sides = [_side("", b, out)]
     cells = cells_of(suite, [s.ck for s in sides])
     plans = look_plans(cfg, cells)
-    runs = [CellRun(c, plans[c.cell.task.env]) for c in cells]
+    runs = [CellLooks(c, c.name, c.key, plans[c.cell.task.env], c.cell.task.bounds, c.cell.task.seed) for c in cells]
+    strategy = LookStrategy(sides, runs, look_cell)
     files = " and ".join(s.log.path for s in sides)
     print(f"results: {files}", flush=True)
     first = next(iter(plans.values()))
@@ -245,8 +170,13 @@ def run_adaptive(session: Session, suite: Suite, out: str) -> int:
         + (", planned looks (group-sequential)" if cfg.design == "planned" else ""),
         flush=True,
     )
-    replay(runs, sides, cfg.retry_failed)
-    return Looks(session, sides, runs).run()
+    replay(strategy, cfg.retry_failed)
+    return Scheduler(session, {s.label: s.log for s in sides}, strategy).run()
+
+
+def look_cell(run: CellLooks) -> LookCell:
+    """The cell of ``run`` at its current look."""
+    return LookCell(run.cell, run.look, run.plan.look_every, run.look_seed)
 
 
 def _side(label: str, ck: Checkpoint, directory: str) -> Side:
@@ -339,69 +269,26 @@ def shared_resets(sim: Simulator) -> bool:
     return isinstance(sim, TaskConfigSimulator)
 
 
-def _in_order_of(seeds_a: list[int] | None, seeds_b: list[int] | None, returns_b: list[float], name: str) -> list:
-    """B's returns in A's episode order, paired by episode seed; ValueError when the two ran other episodes."""
-    if seeds_a is None or seeds_b is None:
-        raise ValueError(f"{name}: a round recorded no episode seeds, so A's and B's episodes cannot be paired.")
-    if seeds_a == seeds_b:
-        return list(returns_b)
-    where = {s: i for i, s in enumerate(seeds_b)}
-    if sorted(seeds_a) != sorted(seeds_b) or len(where) != len(seeds_b):
-        raise ValueError(f"{name}: A and B ran other episodes (their episode seeds differ): they cannot be paired.")
-    return [returns_b[where[s]] for s in seeds_a]
-
-
-def _episodes(data: Mapping[str, Any], prefix: str = "") -> tuple[list[float], list[int] | None, bool]:
-    """(returns, episode seeds, whether success is recorded) of a round's result (``prefix="eval/"``) or line."""
-    returns = [float(v) for v in plain(data.get(f"{prefix}episode_returns")) or []]
-    seeds = data.get(f"{prefix}episode_seeds")
-    seeds = None if seeds is None else [int(v) for v in plain(seeds)]
-    success = any(data.get(f"{prefix}{key}") is not None for key in _SUCCESS)
-    return returns, seeds, success
-
-
-def replay(runs: list[CellRun], sides: list[Side], retry_failed: bool) -> None:
-    """Rebuild each cell's sequence from the looks already in every side's file, in look order; say what was found.
+def replay(strategy: LookStrategy, retry_failed: bool) -> None:
+    """Rebuild each cell's sequence from the looks already in every side's file, through the strategy; say what
+    was found.
 
     Raises:
         ConfigError: a line that is not a look of this run (another checkpoint, suite, plan, bounds or seed).
     """
-    newest: dict[str, dict[tuple, dict]] = {}
+    sides: list[Side] = strategy.sides
+    lines = {}
     for side in sides:
-        newest[side.label] = found = {}
-        for record in side.log.records():
-            _check_ours(record, side, runs[0].cell.suite)
-            found[(record["task"], record["condition"], record["look"])] = record  # file order: the later wins
-    looks = retried = left = 0
-    for run in runs:
-        while True:
-            records = [newest[s.label].get((*run.cell.key, run.look)) for s in sides]
-            failed = [r for r in records if r is not None and r.get("status") != "ok"]
-            if failed:  # a side's round failed (the other side's line was never written): retried, or left
-                if any(retried_on_resume(r, retry_failed) for r in failed):
-                    retried += 1  # this look is evaluated again
-                else:
-                    run.error, left = str(failed[0].get("error", "failed")), left + 1
-                break
-            if any(r is None for r in records):
-                break  # in one file only, or in none: evaluated (again) for both
-            for side, record in zip(sides, records, strict=True):
-                _check_look(record, run, side)
-            try:
-                stop = run.advance({s.label: _episodes(r) for s, r in zip(sides, records, strict=True)})
-            except ValueError as exc:
-                run.error = str(exc)
-                break
-            looks += 1
-            if stop is not None:
-                run.stop = stop
-                break
-            run.look += 1
-    if looks:
-        stopped = sum(r.stop is not None for r in runs)
+        lines[side.label] = records = list(side.log.records())
+        for record in records:
+            _check_ours(record, side, strategy.runs[0].cell.suite)
+    found = strategy.replay(lines, retry_failed, check=_check_look)
+    if found.looks:
         where = " and ".join(s.log.path for s in sides)
-        print(f"resuming: {looks} look(s) already in {where}; {stopped} cell(s) stopped before.", flush=True)
-    line = failures_line("cell evaluation(s)", retried, left, retry_failed)
+        print(
+            f"resuming: {found.looks} look(s) already in {where}; {found.stopped} cell(s) stopped before.", flush=True
+        )
+    line = failures_line("cell evaluation(s)", found.retried, found.left, retry_failed)
     if line:
         print(line, flush=True)
 
@@ -421,9 +308,9 @@ def _check_ours(record: dict, side: Side, suite: str) -> None:
         )
 
 
-def _check_look(record: dict, run: CellRun, side: Side) -> None:
+def _check_look(record: dict, run: CellLooks, side: Side) -> None:
     """A ConfigError unless ``record`` was evaluated as this run evaluates the look: plan, bounds, seed, settings."""
-    cell = run.look_cell()
+    cell = look_cell(run)
     expected = {**cell.context(), "look": run.look, "sequential": run.plan.as_data()}
     recorded = dict(record)
     with contextlib.suppress(ValueError):  # a plan written before a field existed reads with its default
@@ -433,7 +320,7 @@ def _check_look(record: dict, run: CellRun, side: Side) -> None:
     differ = [d for d in differ if d]
     if differ:
         raise ConfigError(
-            f"{side.log.path}: {run.cell.name} look {run.look} was evaluated with {'; '.join(differ)}: resume with "
+            f"{side.log.path}: {run.name} look {run.look} was evaluated with {'; '.join(differ)}: resume with "
             "the same suite and flags, or give another --out."
         )
 
@@ -450,184 +337,3 @@ def _difference(key: str, then: Any, now: Any) -> str | None:
 def _json(value: Any) -> Any:
     """``value`` as it reads back from a results line (tuples as lists)."""
     return json.loads(json.dumps(value))
-
-
-class Looks:
-    """The dispatch loop: each cell's current look, A's and B's rounds on idle slots, then the cell's next look."""
-
-    def __init__(self, session: Session, sides: list[Side], runs: list[CellRun]) -> None:
-        self.session, self.cfg, self.sides, self.runs = session, session.cfg, sides, runs
-        self.jobs: list[Job] = []
-        self.running: dict[int, Job] = {}
-        self.last: dict[int, str] = {}  # slot -> the label of the side it evaluated last
-        self.board = ProgressBoard()  # each running round's progress; the run's total is not known ahead
-
-    def run(self) -> int:
-        """Evaluate until every cell stopped (or failed), or a signal; print the table. The exit code: 0."""
-        for run in self.runs:
-            if not run.over:
-                self._queue(run)
-        stop = self.session.stop
-        try:
-            while not stop.is_set():
-                self._start_idle()
-                self._collect()
-                if not self.running and not self.jobs:
-                    self.board.close()
-                    print(self.table(), flush=True)
-                    return 0
-                stop.wait(_TICK_S)
-        finally:
-            self.board.close()
-        where = f"{len(self.running)} running round(s) abandoned, " if self.running else ""
-        print(f"stopped by signal; {where}nothing partial written; the same command resumes.", flush=True)
-        return 0
-
-    def _queue(self, run: CellRun) -> None:
-        cell = run.look_cell()
-        self.jobs.extend(Job(side, run, cell) for side in self.sides)
-
-    def _start_idle(self) -> None:
-        """Give each idle slot a job: one of the cell it is built for first (of the side it ran last first), else
-        the oldest; the round gets its look's seed, so the slot's evaluator serves every look of the cell."""
-        for index in range(len(self.session.slots)):
-            if index in self.running or not self.jobs:
-                continue
-            built, last = self.session.slots[index].cell_key, self.last.get(index)
-            mine = [j for j in self.jobs if j.cell.slot_key == built]
-            job = next((j for j in mine if j.side.label == last), mine[0] if mine else self.jobs[0])
-            self.jobs.remove(job)
-            self.last[index] = job.side.label
-            try:
-                job.attempt = self.session.start(
-                    job.side.ck,
-                    index,
-                    job.cell,
-                    journal=lambda job=job: job.side.log.attempt(job.key),
-                    seed=job.cell.seed,
-                )
-            except ConfigError:
-                raise  # the run's settings: no round could run
-            except PlanBusy:  # a suite's cells hold no run-wide plan; kept for the session's contract
-                self.jobs.insert(0, job)
-                return
-            except Exception as exc:  # noqa: BLE001 - CheckpointError, PlanError, ValueError, EvalError: recorded
-                self._failed(job, exc)
-                continue
-            job.started = time.monotonic()
-            self.running[index] = job
-            evaluator = self.session.slots[index].evaluator
-            if evaluator is not None:
-                evaluator.set_on_progress(self.board.callback(index, job.cell.label(job.side.name)))
-
-    def _collect(self) -> None:
-        """Take every finished round; close a look once all its rounds are in."""
-        for index, job, result in self.session.finished(self.running, self.board):
-            if isinstance(result, Exception):
-                self._failed(job, result)
-                continue
-            run = job.run
-            if run.over:
-                continue  # the look's other round failed: nothing of it is written
-            slot = dataclasses.replace(self.session.slots[index], evaluator=None)  # what built it, as it was
-            run.arrived[job.side.label] = (job, result, time.monotonic() - job.started, slot)
-            if len(run.arrived) == len(self.sides):
-                self._close_look(run)
-
-    def _close_look(self, run: CellRun) -> None:
-        """Update the cell's sequence with the look, write the look's lines, and queue its next look or stop it."""
-        arrived, run.arrived = run.arrived, {}
-        try:
-            stop = run.advance({label: _episodes(entry[1], "eval/") for label, entry in arrived.items()})
-        except ValueError as exc:
-            for side in self.sides:
-                self._record_failure(arrived[side.label][0], BoundsError(str(exc)))
-            run.error = str(exc)
-            print(f"{run.cell.name} look {run.look} failed: {exc}", flush=True)
-            return
-        look = Look(run.look, run.plan.as_data(), stop)
-        for side in self.sides:  # A's line first
-            job, result, seconds, slot = arrived[side.label]
-            record = ok_line(
-                self.cfg, side.ck, job.cell, result, seconds=seconds, attempts=job.attempt, slot=slot,
-                with_plan=False, look=look,
-            )  # fmt: skip
-            side.log.append(record, publish=False)
-        print(self.progress(run, stop), flush=True)
-        if stop is not None:
-            run.stop = stop
-        else:
-            run.look += 1
-            self._queue(run)
-
-    def _failed(self, job: Job, exc: BaseException) -> None:
-        """A round that could not run: its failed line; the cell stops (a resume may retry the look)."""
-        run = job.run
-        if run.over:
-            return
-        self._record_failure(job, exc)
-        run.error, run.arrived = _first_line(exc), {}
-        self.jobs = [j for j in self.jobs if j.run is not run]
-        who = f"{job.side.label} " if job.side.label else ""
-        print(f"{who}{job.cell.label(job.side.name)} failed: {run.error}", flush=True)
-
-    def _record_failure(self, job: Job, exc: BaseException) -> None:
-        context = {**job.cell.context(), "look": job.cell.look, "sequential": job.run.plan.as_data()}
-        ck = job.side.ck
-        job.side.log.append(failed_line(self.cfg, ck.path, _first_line(exc), ck.step, error_kind(exc), context))
-
-    def progress(self, run: CellRun, stop: str | None) -> str:
-        """One look of one cell in a line: episodes so far, the interval, and whether the cell stops."""
-        seq = run.seq
-        then = f"stop ({stop})" if stop else "next look"
-        if isinstance(seq, SequentialPaired):
-            return (
-                f"look {run.look} {run.cell.name}: {seq.n} episodes each, B - A {seq.diff:+.2f} "
-                f"[{_num(seq.low)}, {_num(seq.high)}] {seq.verdict}: {then}"
-            )
-        target = run.plan.precision * (abs(seq.mean) if run.plan.relative else 1.0)
-        return (
-            f"look {run.look} {run.cell.name}: {seq.n} episodes, mean {seq.mean:.2f} "
-            f"[{_num(seq.low)}, {_num(seq.high)}] +/-{_num(seq.half_width, sign=False)} "
-            f"(target +/-{target:.2f}): {then}"
-        )
-
-    def table(self) -> str:
-        """Every cell's outcome, and the episodes used against a fixed run's."""
-        decided = self.cfg.until_decided
-        head = "verdict        B - A [low, high]" if decided else "mean [low, high]"
-        cells, used, fixed = [], 0, 0
-        for run in self.runs:
-            seq, n = run.seq, run.seq.n if run.seq is not None else 0
-            used += n * len(self.sides)
-            fixed += run.plan.max_episodes * len(self.sides)
-            if seq is None or not n:
-                shown = "-"
-            elif isinstance(seq, SequentialPaired):
-                shown = f"{seq.verdict:<14} {seq.diff:+.2f} [{_num(seq.low)}, {_num(seq.high)}]"
-            else:
-                shown = f"{seq.mean:.2f} [{_num(seq.low)}, {_num(seq.high)}]"
-            why = run.stop or (f"failed: {run.error}" if run.error else "not finished")
-            cells.append((run.cell.name, shown, n, why))
-        width = max(len(c[0]) for c in cells)
-        shown_width = max(len(head), *(len(c[1]) for c in cells))
-        rows = [f"{'cell':<{width}}  {head:<{shown_width}}  {'episodes':>8}  stop"]
-        rows += [f"{name:<{width}}  {shown:<{shown_width}}  {n:>8}  {why}" for name, shown, n, why in cells]
-        each = " x 2 checkpoints" if decided else ""
-        sides = len(self.sides)
-        rows.append(
-            f"episodes used: {used} of the {fixed} a fixed run evaluates ({len(self.runs)} cell(s) x max episodes"
-            f"{each}): {100 * used / fixed:.0f}%; per checkpoint: {used // sides} of {fixed // sides}"
-        )
-        return "\n".join(rows)
-
-
-def _num(value: float, sign: bool = True) -> str:
-    if math.isinf(value):
-        return "-inf" if value < 0 else "inf"
-    return f"{value:+.2f}" if sign else f"{value:.2f}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,13 +1,15 @@
 """The launcher's stages, one way: a source of weights x cells -> evaluate -> record.
 
+:func:`run` dispatches on a table of modes (:data:`MODES`, keyed by :func:`mode_of`).
 ``--checkpoint`` is a source of one checkpoint, ``--watch`` a
 :class:`~simeval.launch.sources.Watcher` (both
 :class:`~simeval.launch.sources.CheckpointSource`). A plain run evaluates each
-checkpoint on one nominal cell, a suite run (``--suite``) on the suite's cells;
-both go through the one :class:`~simeval.launch.pipeline.Pipeline`, whose
-:class:`~simeval.launch.session.Session` holds the evaluator slots. An adaptive
-run (``--until-decided``, ``--until-precise``) evaluates a suite's cells look by
-look on the same session (:mod:`simeval.launch.adaptive`). ``--serve``
+checkpoint on one nominal cell, a suite run (``--suite``) on the suite's cells
+(the fixed strategy, :class:`~simeval.strategies.FixedStrategy`); an adaptive run
+(``--until-decided``, ``--until-precise``) evaluates a suite's cells look by look
+(:class:`~simeval.strategies.LookStrategy`, :mod:`simeval.launch.adaptive`). Every
+strategy runs on the one :class:`~simeval.launch.scheduler.Scheduler`, whose
+:class:`~simeval.launch.session.Session` holds the evaluator slots. ``--serve``
 starts a named Ray evaluator whose worker writes the same lines itself.
 SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing partial is
 written) and the process exits 0.
@@ -29,7 +31,8 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.backends.ray_slots import check_capacity, ensure_ray
@@ -39,12 +42,13 @@ from simeval.launch.cells import nominal
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.lines import run_settings
-from simeval.launch.pipeline import Jobs, Pipeline, resume
 from simeval.launch.plan import plan_for
 from simeval.launch.remote import remote_checkpoint
 from simeval.launch.results import ResultsLog, other_settings, reuse_refusal
+from simeval.launch.scheduler import Scheduler, resume
 from simeval.launch.session import Session, install_stop_handlers
 from simeval.launch.sources import CheckpointSource, One, Watcher, check_watch_dir
+from simeval.strategies import FixedStrategy
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -97,22 +101,70 @@ def _run(parsed: Parsed, out: str) -> int:
         print(f"results: {log.path}", flush=True)
     session = Session(parsed, out, stop)
     try:
-        if cfg.source == "serve":
-            os.makedirs(out, exist_ok=True)  # the served worker appends to OUT/results.jsonl
-            return serve(session)
-        if cfg.adaptive:
-            from simeval.launch.adaptive import run_adaptive  # sequential statistics: NumPy
-
-            return run_adaptive(session, suite, out)
-        if suite is not None:
-            from simeval.launch.suite_run import run_suite
-
-            return run_suite(session, log, suite, lambda seen: source_of(cfg, seen, stop, ck))
-        if cfg.source in ("checkpoint", "policy_server"):  # one job: its failure is the run's error, nothing to resume
-            return Pipeline(session, log, Jobs(nominal, keep_going=False)).run(source_of(cfg, set(), stop, ck))
-        return run_watch(session, log)
+        return MODES[mode_of(cfg)](Run(session, log, suite, ck, out))
     finally:
         session.close()
+
+
+def mode_of(cfg: LaunchConfig) -> str:
+    """The run's mode (:attr:`LaunchConfig.mode`), a key of :data:`MODES`; a ConfigError for one with no runner."""
+    mode = cfg.mode
+    if mode not in MODES:
+        raise ConfigError(f"{mode}: this launcher has no runner for it yet ({', '.join(MODES)} run).")
+    return mode
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a mode's runner is given: the session, the results file (None: an adaptive run writes its own), the
+    suite, ``--checkpoint``'s loaded checkpoint, and ``--out``."""
+
+    session: Session
+    log: ResultsLog | None
+    suite: Suite | None
+    ck: Checkpoint | None
+    out: str
+
+
+def _serve(run: Run) -> int:
+    os.makedirs(run.out, exist_ok=True)  # the served worker appends to OUT/results.jsonl
+    return serve(run.session)
+
+
+def _looks(run: Run) -> int:
+    from simeval.launch.adaptive import run_adaptive  # sequential statistics: NumPy
+
+    return run_adaptive(run.session, run.suite, run.out)
+
+
+def _suite(run: Run) -> int:
+    from simeval.launch.suite_run import run_suite
+
+    cfg, stop = run.session.cfg, run.session.stop
+    return run_suite(run.session, run.log, run.suite, lambda seen: source_of(cfg, seen, stop, run.ck))
+
+
+def _checkpoint(run: Run) -> int:
+    """One job: its failure is the run's error, nothing to resume."""
+    cfg, stop = run.session.cfg, run.session.stop
+    fixed = FixedStrategy(nominal, keep_going=False)
+    return Scheduler(run.session, {"": run.log}, fixed).run(source_of(cfg, set(), stop, run.ck))
+
+
+def _watch(run: Run) -> int:
+    return run_watch(run.session, run.log)
+
+
+MODES: dict[str, Callable[[Run], int]] = {
+    "serve": _serve,
+    "until-decided": _looks,
+    "until-precise": _looks,
+    "suite": _suite,
+    "checkpoint": _checkpoint,
+    "policy-server": _checkpoint,
+    "watch": _watch,
+}
+"""The launcher's modes and their runners: a new mode adds its runner here (and its strategy's registration)."""
 
 
 def source_of(
@@ -292,8 +344,8 @@ def run_watch(session: Session, log: ResultsLog) -> int:
     for record in reversed(list(log.records())):  # the newest ok line that states its plan
         if record.get("status") == "ok" and session.hold(record.get("plan")):
             break
-    jobs = Jobs(nominal, found.done, closing=found.closing)
-    return Pipeline(session, log, jobs).run(source_of(cfg, found.seen, session.stop))
+    fixed = FixedStrategy(nominal, found.done, closing=found.closing)
+    return Scheduler(session, {"": log}, fixed).run(source_of(cfg, found.seen, session.stop))
 
 
 def serve(session: Session) -> int:

@@ -1,8 +1,9 @@
 """``--suite FILE``: every checkpoint x cell evaluated exactly once, restart-safe, over K evaluators.
 
-A suite run is the launcher's one pipeline (:mod:`simeval.launch.pipeline`) with
-the suite's cells: this module checks the suite at start, and adapts its cells
-(:class:`SuiteCell`) to what the pipeline asks of a cell. Checkpoints come from the
+A suite run is the fixed strategy (:class:`simeval.strategies.FixedStrategy`) on the
+launcher's one scheduler (:mod:`simeval.launch.scheduler`) with the suite's cells: this
+module checks the suite at start, and adapts its cells (:class:`SuiteCell`) to what the
+scheduler asks of a cell. Checkpoints come from the
 usual source (``--checkpoint`` or ``--watch``). Each one brings a job per cell of
 the suite whose task is the checkpoint's env (a checkpoint that records no env gets
 every cell). An evaluator is built for one cell (its env carries the cell's
@@ -34,10 +35,11 @@ from simeval.episode_values import checked
 from simeval.launch.cells import BoundsError
 from simeval.launch.cli import Parsed
 from simeval.launch.config import ConfigError, LaunchConfig
-from simeval.launch.pipeline import Jobs, Pipeline, resume
+from simeval.launch.scheduler import Scheduler, resume
 from simeval.launch.suite import SEES, Cell, Suite, SuiteTask, check_conditions, load_suite
 from simeval.policy_kinds.remote import REMOTE_FACTORY
 from simeval.records import plain
+from simeval.strategies import FixedStrategy
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -51,7 +53,7 @@ SUITE_SETTINGS = ("env", "episodes", "num_envs", "max_steps", "seed")
 
 @dataclass(frozen=True)
 class SuiteCell:
-    """A suite's cell as the pipeline asks of a cell (:class:`simeval.launch.cells.JobCell`)."""
+    """A suite's cell as the scheduler asks of a cell (:class:`simeval.launch.cells.JobCell`)."""
 
     cell: Cell
     suite: str
@@ -159,7 +161,7 @@ def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:
 
 
 def run_suite(session: Session, log: ResultsLog, suite: Suite, source: Callable[[set[str]], CheckpointSource]) -> int:
-    """Every cell of ``suite`` for every checkpoint of ``source(seen)``, through the pipeline; exit code 0."""
+    """Every cell of ``suite`` for every checkpoint of ``source(seen)``, on the scheduler; exit code 0."""
     cfg = session.cfg
     print(f"suite {suite.name}: {len(suite.tasks)} task(s), {len(suite.cells())} cell(s)", flush=True)
     found = resume(log, cfg.retry_failed, cfg.until_step, suite=suite.name)
@@ -172,5 +174,7 @@ def run_suite(session: Session, log: ResultsLog, suite: Suite, source: Callable[
             print(f"{name}: trained on {ck.env}, which is no task of suite {suite.name} ({tasks}).")
         return mine
 
-    jobs = Jobs(cells_for, found.done, {"suite": suite.name}, "cell evaluation(s)", backlog=True, closing=found.closing)
-    return Pipeline(session, log, jobs).run(source(found.seen))
+    fixed = FixedStrategy(
+        cells_for, found.done, {"suite": suite.name}, "cell evaluation(s)", backlog=True, closing=found.closing
+    )
+    return Scheduler(session, {"": log}, fixed).run(source(found.seen))

@@ -14,8 +14,10 @@ procedure whose verdict reads its interval:
   episodes record success splits its share in half between its return and its success
   (:func:`simeval.stats.mcnemar`);
 * an adaptive run's cell (one line per look, with ``look`` and ``sequential``): the
-  run's :class:`simeval.sequential.LookPlan` replayed look by look
-  (``plan.paired(...)``, ``plan.mcnemar(...)``), its stop reason recomputed.
+  run's :class:`simeval.sequential.LookPlan` replayed look by look through the
+  look-by-look strategy's own cell (:class:`simeval.strategies.CellLooks`: its sequence,
+  one update per look, its stop rule; ``plan.mcnemar(...)`` beside it), its stop reason
+  recomputed.
 
 The aggregate row is :func:`simeval.stats.mean_of_intervals` over the cells' return
 intervals, each divided by its task's reference width (else its bounds' width, else
@@ -40,7 +42,8 @@ import numpy as np
 from simeval import stats
 from simeval.records import plain
 from simeval.report.runs import merge_looks
-from simeval.sequential import LookPlan, SequentialPaired, verdict_of
+from simeval.sequential import LookPlan, verdict_of
+from simeval.strategies.looks import CellLooks
 
 NOMINAL = "nominal"  # the condition of a plain (non-suite) evaluation
 FIXED = "fixed"  # the stop column of a fixed-n cell
@@ -490,7 +493,7 @@ def _adaptive_cell(
     pairs = [(looks_a[k], looks_b[k]) for k in range(common)]
     keys = [success_key(a, b) for a, b in pairs]
     key = keys[0] if len(set(keys)) == 1 else None
-    seq = plan.paired(bounds, name, with_success=key is not None)
+    looks = CellLooks(None, name, cell, plan, bounds)  # the strategy's own cell: its sequence, its stop rule
     success_seq = plan.mcnemar(name) if key else None
     parts: list[tuple[np.ndarray, ...]] = []
     first_stop: tuple[int, str] | None = None
@@ -500,7 +503,7 @@ def _adaptive_cell(
                 raise CompareError(f"cell {name}: look {k} declares other bounds than look 0: fix the results files.")
             order = episode_order(a, b, cell, dir_a, dir_b)
             ra, rb = _floats(a, "episode_returns"), _floats(b, "episode_returns")[order]
-            seq.update(ra, rb)
+            looks.take(ra, rb, with_success=key is not None)
             part = (ra, rb)
             if success_seq is not None:
                 sa, sb = _floats(a, key), _floats(b, key)[order]
@@ -508,7 +511,7 @@ def _adaptive_cell(
                 part += (sa, sb)
             parts.append(part)
             if first_stop is None and plan.rule == "until-decided":
-                reason = plan.stop(seq)
+                reason = looks.decide()
                 first_stop = None if reason is None else (k, reason)
     except ValueError as exc:  # a value that is not finite, or one outside the bounds: the message names the episode
         raise CompareError(f"cell {exc} (A: {dir_a}, B: {dir_b})") from None
@@ -516,9 +519,10 @@ def _adaptive_cell(
     returns_b = np.concatenate([p[1] for p in parts])
     last_a, last_b = pairs[-1]
     if plan.rule == "until-decided":
-        stop = _decided_stop(plan, seq, first_stop, last_a, last_b, common, cell, warnings)
+        stop = _decided_stop(looks, first_stop, last_a, last_b, common, cell, warnings)
     else:
         stop = _precise_stop(looks_a, looks_b, (plan_a, plan_b), bounds, cell, dirs, warnings)
+    seq = looks.seq
     described = stats.paired(returns_a, returns_b)  # the means, B ahead and the pairing gain of these episodes
     result = dataclasses.replace(
         described,
@@ -545,8 +549,7 @@ def _recorded(*lines: Mapping[str, Any]) -> set[str]:
 
 
 def _decided_stop(
-    plan: LookPlan,
-    seq: SequentialPaired,
+    looks: CellLooks,
     first_stop: tuple[int, str] | None,
     last_a: Mapping[str, Any],
     last_b: Mapping[str, Any],
@@ -556,7 +559,7 @@ def _decided_stop(
 ) -> str:
     """``--until-decided``: the replayed stop after the last common look; a warning where the lines disagree."""
     name = _name(cell)
-    replayed = plan.stop(seq) or UNFINISHED
+    replayed = looks.decide() or UNFINISHED
     recorded = _recorded(last_a, last_b)
     if recorded and recorded != {replayed}:
         said = " and ".join(sorted(repr(r) for r in recorded))
@@ -585,14 +588,14 @@ def _precise_stop(
     name = _name(cell)
     reasons = []
     for looks, plan, where in ((looks_a, plans[0], dirs[0]), (looks_b, plans[1], dirs[1])):
-        seq = plan.mean(bounds, f"{name} of {where}")
+        run = CellLooks(None, f"{name} of {where}", cell, plan, bounds)  # the strategy's own cell
         count = _prefix(looks)
         try:
             for k in range(count):
-                seq.update(_floats(looks[k], "episode_returns"))
+                run.take(_floats(looks[k], "episode_returns"))
         except ValueError as exc:
             raise CompareError(str(exc)) from None
-        replayed = plan.stop(seq) or UNFINISHED
+        replayed = run.decide() or UNFINISHED
         recorded = _recorded(looks[count - 1])
         if recorded and recorded != {replayed}:
             warnings.append(
