@@ -258,3 +258,29 @@ def test_identical_first_differences_leave_no_zero_width_interval_behind():
     assert sel.alive == (0, 1)
     d = np.concatenate([first[:, 1] - first[:, 0], then[:, 1] - then[:, 0]])
     assert sel.gap(1, 0) == pytest.approx(by_hand_cs(d, [8], ALPHA, 4), rel=1e-9)
+
+
+def test_a_fall_without_bounds_withholds_the_elimination():
+    # 41 differences near 1, one of them a fall to -5 (about 60 robust scales from the median): the t-mixture
+    # interval (by hand, below) lies above 0, but it assumes near-symmetry, which a fall breaks: no elimination from
+    # it (the paired comparisons' skew guard: declare bounds).
+    rng = np.random.default_rng(9)
+    base = rng.normal(0.0, 1.0, 41)
+    d = 1.0 + rng.normal(0.0, 0.1, 41)
+    d[20] = -5.0
+    x = np.column_stack([base, base + d])
+    sel = SequentialSelection(2, 0.95, max_arms=2, plan_n=4).update(x)
+    low, high = by_hand_cs(d, [41], ALPHA, 4)
+    assert low > 0 and sel.gap(1, 0) == pytest.approx((low, high), rel=1e-9)
+    assert sel.alive == (0, 1) and not sel.done
+
+
+def test_with_bounds_identical_differences_still_decide():
+    # The betting sequence holds for any values within the bounds: a checkpoint that always fails beside one that
+    # always succeeds is shown worse (the zero-variance rule is the t-mixture's, which such data would fool).
+    sel = SequentialSelection(2, 0.95, bounds=(0, 1), max_arms=2)
+    for _ in range(10):
+        sel.update(np.column_stack([np.zeros(4), np.ones(4)]))
+        if sel.done:
+            break
+    assert sel.reason == "one left" and sel.best == 1 and sel.eliminated[0].low > 0

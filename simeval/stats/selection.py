@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from simeval.stats.sequential import GRID, t_mixture_radius, t_mixture_scale
+from simeval.stats.verdicts import MIN_N, constant, skewed
 
 REASONS = ("one left", "within margin", "budget")
-MIN_N = 4  # paired episodes before any elimination or stop
 
 
 def open_share(k: int) -> float:
@@ -320,7 +320,8 @@ class SequentialSelection:
         if self.bounds is None:
             history = np.column_stack([np.concatenate(self._columns[a][: look + 1]) for a in arms])
             d = history[:, second] - history[:, first]  # [episodes so far, pairs]
-            _t_mixture(objs, d, self.plan_n, self.deterministic)
+            magnitude = np.abs(history).max(axis=0) if len(history) else np.zeros(len(arms))
+            _t_mixture(objs, d, self.plan_n, self.deterministic, np.maximum(magnitude[first], magnitude[second]))
         else:
             new = np.column_stack([self._columns[a][look] for a in arms])
             _betting(objs, new[:, second] - new[:, first], self._span)
@@ -351,7 +352,7 @@ class SequentialSelection:
             self.reason = "within margin"
 
     def _may_decide(self, pair: _Pair) -> bool:
-        return pair.n >= self.min_n and (self.deterministic or not pair.constant)
+        return pair.n >= self.min_n and (self.deterministic or not pair.constant) and not pair.skewed
 
     def _eliminate(self, arm: int, by: int, low: float, high: float) -> None:
         self._alive[arm] = False
@@ -362,14 +363,14 @@ class _Pair:
     """One pair's confidence sequence for ``mu_j - mu_i``: its level, running interval and, with bounds, the betting
     state."""
 
-    __slots__ = ("alpha", "n", "low", "high", "first", "constant", "log_up", "log_down", "total", "squares")
+    __slots__ = ("alpha", "n", "low", "high", "constant", "skewed", "log_up", "log_down", "total", "squares")
 
     def __init__(self, alpha: float, span: float | None) -> None:
         self.alpha = alpha
         self.n = 0
         self.low, self.high = -math.inf, math.inf
-        self.first = math.nan
-        self.constant = True
+        # the t-mixture's guards (it assumes near-symmetric differences): all equal, or a fall observed
+        self.constant = self.skewed = False
         self.total = self.squares = 0.0
         self.log_up = self.log_down = None
         if span is not None:
@@ -379,20 +380,16 @@ class _Pair:
         lo, hi = max(self.low, low), min(self.high, high)
         self.low, self.high = (low, high) if lo > hi else (lo, hi)
 
-    def see(self, d: np.ndarray) -> None:
-        if self.n == 0 and len(d):
-            self.first = float(d[0])
-        self.constant = self.constant and bool(np.all(d == self.first))
 
-
-def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int, deterministic: bool) -> None:
+def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int, deterministic: bool, magnitude: np.ndarray) -> None:
     """The t-mixture CS of :class:`simeval.sequential.SequentialMean` for each column of ``d`` (all the pair's
-    differences so far), intersected into its pair. Identical differences give no interval unless ``deterministic``
-    (a zero-width one, kept in the running intersection, would decide once they vary)."""
+    differences so far; ``magnitude``: the largest value they came from, for rounding), intersected into its pair.
+    Identical differences give no interval unless ``deterministic`` (a zero-width one, kept in the running
+    intersection, would decide once they vary)."""
     n = d.shape[0]
-    for p, col in zip(pairs, d.T, strict=True):
-        p.see(col[p.n :])
+    for p, col, mag in zip(pairs, d.T, magnitude, strict=True):
         p.n = n
+        p.constant, p.skewed = constant(col, float(mag)), skewed(col)
     if n < 2:
         return
     mean, sd = d.mean(axis=0), d.std(axis=0, ddof=1)
@@ -401,7 +398,7 @@ def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int, deterministic: bo
         if p.alpha not in radii:
             radii[p.alpha] = t_mixture_radius(n, p.alpha, t_mixture_scale(plan_n, p.alpha))
         radius = radii[p.alpha]
-        if math.isinf(radius) or (s == 0 and not deterministic):
+        if math.isinf(radius) or (p.constant and not deterministic):
             continue
         half = radius * float(s) / math.sqrt(n)
         p.narrow(float(m) - half, float(m) + half)
@@ -417,8 +414,6 @@ def _betting(pairs: list[_Pair], d: np.ndarray, span: float) -> None:
     count = np.array([p.n for p in pairs], dtype=np.float64)
     total = np.array([p.total for p in pairs])
     squares = np.array([p.squares for p in pairs])
-    for p, col in zip(pairs, d.T, strict=True):
-        p.see(col)
     u = (d + span) / (2 * span)
     trunc = 0.5
     for row in u:
