@@ -28,9 +28,12 @@ error levels of the pairs of any one arm sum to at most ``alpha = 1 - confidence
   for ``k >= 2`` (``sum_{k >= 2} w_k = 1``) and the block of the first ``m`` arms pools its
   arms' shares: ``alpha_0 = alpha sum_{k=2..m} w_k``.
 
-Rules shared with the paired comparisons: no elimination nor stop before ``min_n`` paired
-episodes, nor from a pair whose differences are all equal (zero variance) unless the task is
-``deterministic``. ``margin = 0`` never stops ``within margin``: with tied best arms the
+Rules shared with the paired comparisons (:mod:`simeval.stats.verdicts`): no elimination nor
+stop before ``min_n`` paired episodes; without bounds (the t-mixture assumes near-symmetric
+differences) none from a pair whose differences are all equal unless the task is
+``deterministic`` (they give no interval), nor from one whose differences show a fall
+(:func:`simeval.stats.verdicts.skewed`: declare bounds). The betting sequences hold for any
+values within the bounds and decide from any. ``margin = 0`` never stops ``within margin``: with tied best arms the
 selection runs to the budget (no sequence shows two equal means apart; one of them is
 eliminated with probability at most ``alpha``).
 """
@@ -95,8 +98,9 @@ class SequentialSelection:
             with its own share (about 8% of alpha is set aside at 8 arms, 2% at 32).
         min_n: paired episodes before any elimination or stop.
         plan_n: where the t-mixture sequences are narrowest (the launcher's first look).
-        deterministic: the task is deterministic: a pair of arms whose differences are all
-            equal may decide (otherwise such a pair never does).
+        deterministic: the task is deterministic: without bounds, a pair of arms whose
+            differences are all equal has an interval of no width and may decide (otherwise it
+            has none).
     """
 
     def __init__(
