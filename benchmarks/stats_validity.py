@@ -1721,7 +1721,7 @@ def one_sided_falls(rng: np.random.Generator, shape: tuple) -> tuple[np.ndarray,
     """The issue's cell: A returns ~3000 and falls to ~200 one episode in ten, B returns ~2720 and never falls (equal
     means; each return's noise N(0, 50)). Returns lie in [0, 4000], the bounds declared where they are."""
     a = np.where(rng.random(shape) < 0.1, 200.0, 3000.0) + rng.normal(0.0, 50.0, shape)
-    return a, 2720.0 + rng.normal(0.0, 50.0, shape)
+    return np.clip(a, 0.0, 4000.0), 2720.0 + rng.normal(0.0, 50.0, shape)  # a 4-sd fall below 0 is cut at 0
 
 
 def guard_cost(reps: int, seed: int, ns: Sequence[int]) -> list[list[str]]:

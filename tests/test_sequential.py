@@ -97,7 +97,9 @@ def test_without_bounds_the_first_interval_waits_for_min_n():
     seq.update([0.0], [5.0])
     assert seq.low == seq.high == 5.0  # ten equal differences of a deterministic task: an interval of no width
     undeclared = SequentialPaired(min_n=10).update(np.zeros(10), np.full(10, 5.0))
-    assert (undeclared.low, undeclared.high) == (-math.inf, math.inf)  # otherwise no interval from them
+    assert (undeclared.low, undeclared.high, undeclared.verdict) == (5.0, 5.0, "inconclusive")  # no verdict from it
+    undeclared.update(np.zeros(10), np.array([-40.0, 45.0] * 5))  # the spread shows: the first look is not kept
+    assert undeclared.low < 5.0 < undeclared.high and undeclared.low < 0
 
 
 def test_the_defaults_look_from_two_episodes_tuned_for_sixteen():

@@ -149,7 +149,7 @@ class GroupSequentialMean(RunningInterval):
             raise ValueError(f"{name}: planned looks need at least one look after 2 or more values, got {looks!r}.")
         self._bounds = dict(zip(spending, boundaries(self.alpha, spending), strict=True))
         super().__init__()
-        self.constant_is_exact = True  # as SequentialMean's: identical values give a zero-width interval, or none
+        self.constant_is_exact = True  # as SequentialMean's: whether a look of identical values is kept
 
     def update(self, x: Sequence[float] | np.ndarray) -> GroupSequentialMean:
         """Take the next values, in seed order, up to the next planned look; returns self."""
@@ -168,9 +168,7 @@ class GroupSequentialMean(RunningInterval):
             return self
         values = np.asarray(self._values)
         mean, sd = float(values.mean()), float(values.std(ddof=1))
-        if sd == 0 and not self.constant_is_exact:
-            return self
         half = float(t.isf(norm.sf(c), n - 1)) * sd / math.sqrt(n) if sd > 0 else 0.0
         low, high = mean - half, mean + half
-        self._narrow(low, high)
+        self._narrow(low, high, provisional=sd == 0 and not self.constant_is_exact)
         return self

@@ -61,12 +61,18 @@ class RunningInterval:
     def __init__(self) -> None:
         self._values: list[float] = []
         self._low, self._high = -math.inf, math.inf
+        self._kept = (-math.inf, math.inf)  # the intersection over the looks that were not provisional
 
-    def _narrow(self, low: float, high: float) -> None:
-        """Intersect the running interval with ``[low, high]``, the latest look's."""
-        self._low, self._high = max(self._low, low), min(self._high, high)
+    def _narrow(self, low: float, high: float, provisional: bool = False) -> None:
+        """Intersect the running interval with ``[low, high]``, the latest look's. A ``provisional`` look's interval
+        (zero spread in a task not declared deterministic) is reported but not kept: later looks intersect without
+        it, so values that all happened to agree at first cannot pin the interval to their value."""
+        low_kept, high_kept = self._kept
+        self._low, self._high = max(low_kept, low), min(high_kept, high)
         if self._low > self._high:  # the running intersection emptied: only by chance; keep the last interval
             self._low, self._high = low, high
+        if not provisional:
+            self._kept = (self._low, self._high)
 
     @property
     def n(self) -> int:

@@ -157,8 +157,8 @@ class SequentialMean(RunningInterval):
         self.alpha = 1 - confidence
         super().__init__()
         self._betting = _Betting(self.alpha) if bounds is not None else None
-        # Whether identical values are the mean exactly (a zero-width interval); SequentialPaired clears it unless
-        # the task is declared deterministic, and the asymptotic CS then waits for values that differ.
+        # Whether identical values are the mean exactly (a zero-width interval kept in the running intersection);
+        # SequentialPaired clears it unless the task is declared deterministic: such a look is then provisional.
         self.constant_is_exact = True
 
     def update(self, x: Sequence[float] | np.ndarray) -> SequentialMean:
@@ -171,7 +171,8 @@ class SequentialMean(RunningInterval):
             low, high = lo + (hi - lo) * unit_low, lo + (hi - lo) * unit_high
         else:
             low, high = self._asymptotic()
-        self._narrow(low, high)
+        spread = self.n >= 2 and max(self._values) > min(self._values)
+        self._narrow(low, high, provisional=self._betting is None and not self.constant_is_exact and not spread)
         return self
 
     def _asymptotic(self) -> tuple[float, float]:
@@ -181,7 +182,7 @@ class SequentialMean(RunningInterval):
         x = np.asarray(self._values)
         mean, sd = float(x.mean()), float(x.std(ddof=1))
         radius = t_mixture_radius(n, self.alpha, t_mixture_scale(self.plan_n, self.alpha))
-        if math.isinf(radius) or (sd == 0 and not self.constant_is_exact):
+        if math.isinf(radius):
             return -math.inf, math.inf
         half = radius * sd / math.sqrt(n)
         return mean - half, mean + half
@@ -290,8 +291,6 @@ class SequentialPaired:
         verdict, reason = verdict_with_reason(
             self.low, self.high, self.margin, d, symmetric, self.deterministic, self._magnitude
         )
-        if not reason and symmetric and not self.deterministic and d.size >= MIN_N and constant(d, self._magnitude):
-            reason = ZERO_VARIANCE  # the interval itself waits for differences that differ
         return verdict, reason
 
     @property
