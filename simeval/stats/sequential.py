@@ -213,7 +213,9 @@ class SequentialPaired:
             intervals over them (:class:`simeval.stats.group_sequential.GroupSequentialMean`; t
             based, bounds still checked). Updates must land on the looks.
         deterministic: whether the task is deterministic. If not (the default), identical
-            differences give no interval and no verdict (their t interval would have no width).
+            differences give no verdict (their t interval has no width), and a look at which
+            they are all identical is provisional: reported, not kept in the running
+            intersection, so the spread that later episodes show is not masked.
 
     The verdict is withheld (``inconclusive``, with :attr:`reason`) below
     :data:`simeval.stats.verdicts.MIN_N` pairs, and, for the sequences that assume near-symmetry
