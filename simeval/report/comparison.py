@@ -43,6 +43,7 @@ from simeval import stats
 from simeval.records import plain
 from simeval.report.runs import merge_looks
 from simeval.sequential import LookPlan, verdict_of
+from simeval.stats.methods import descriptions
 from simeval.strategies.looks import CellLooks
 
 NOMINAL = "nominal"  # the condition of a plain (non-suite) evaluation
@@ -71,14 +72,8 @@ JSON_KEYS = (
     "success_verdict",
     "scale",
 )
-METHODS = {
-    "t": "Student's t-interval on the paired differences",
-    "betting": "betting interval under the declared bounds (finite-sample)",
-    "t-mixture CS": "the adaptive run's t-mixture confidence sequence, replayed over its looks",
-    "betting CS": "the adaptive run's betting confidence sequence (declared bounds), replayed over its looks",
-    "group-sequential": "the adaptive run's planned looks: a group-sequential design's repeated intervals "
-    "(O'Brien-Fleming-type spending), replayed over its looks",
-}
+# The paired methods a cell's interval may come from, described by the registry the strategies share.
+METHODS = descriptions(("t", "betting", "t-mixture CS", "betting CS", "group-sequential"))
 Cell = tuple[str, str]  # (task, condition)
 
 
