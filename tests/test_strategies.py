@@ -55,6 +55,19 @@ def test_every_registered_strategy_has_a_contract_command():
     assert sorted(k.name for k in registered()) == sorted(COMMANDS)
 
 
+def test_every_mode_the_launcher_runs_is_a_registered_strategy_s_and_back():
+    from simeval.launch.app import MODES
+    from simeval.strategies import kind_for
+
+    assert {m: kind_for(m).name for m in MODES if m != "serve"} == {
+        "until-decided": "until-decided", "until-precise": "until-precise", "suite": "fixed", "checkpoint": "fixed",
+        "policy-server": "fixed", "watch": "fixed",
+    }  # fmt: skip
+    assert all(m in MODES for kind in registered() for m in kind.modes)
+    with pytest.raises(ValueError, match="no registered strategy drives mode 'serve'"):
+        kind_for("serve")
+
+
 def _launch(args: list[str], out: str, cwd: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "simeval.launch", *args, "--out", out],

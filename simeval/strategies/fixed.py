@@ -72,7 +72,7 @@ class Fixed(StrategyKind):
 
     name: ClassVar[str] = "fixed"
     summary: ClassVar[str] = "every checkpoint on every cell, a set number of episodes each"
-    modes: ClassVar[tuple[str, ...]] = ("checkpoint", "watch", "suite")
+    modes: ClassVar[tuple[str, ...]] = ("checkpoint", "policy-server", "watch", "suite")
 
     @property
     def strategy(self) -> type[Strategy]:
