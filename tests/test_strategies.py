@@ -55,6 +55,45 @@ def test_every_registered_strategy_has_a_contract_command():
     assert sorted(k.name for k in registered()) == sorted(COMMANDS)
 
 
+PLUGIN = """\
+from simeval.strategies import StrategyKind
+from simeval.strategies.fixed import FixedStrategy
+
+
+class Twice(StrategyKind):
+    name = "{name}"
+    summary = "every checkpoint twice"
+    modes = ("twice",)
+
+    @property
+    def strategy(self):
+        return FixedStrategy
+"""
+
+
+@pytest.mark.parametrize("name", ["twice", "fixed"])
+def test_a_strategy_is_registered_by_its_entry_point_and_a_taken_name_is_one_line(name, tmp_path, monkeypatch):
+    (tmp_path / "twice_strategy.py").write_text(PLUGIN.format(name=name))
+    dist = tmp_path / "twice_strategy-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: twice-strategy\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[simeval.strategies]\ntwice = twice_strategy:Twice\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registered.cache_clear()
+    try:
+        if name == "fixed":
+            with pytest.raises(ValueError, match=r"entry point twice = twice_strategy:Twice .*'fixed' is taken"):
+                registered()
+        else:
+            assert [k.name for k in registered()] == ["fixed", "until-decided", "until-precise", "twice"]
+            from simeval.strategies import kind_for
+
+            assert kind_for("twice").name == "twice"
+    finally:
+        sys.modules.pop("twice_strategy", None)
+        registered.cache_clear()
+
+
 def test_every_mode_the_launcher_runs_is_a_registered_strategy_s_and_back():
     from simeval.launch.app import MODES
     from simeval.strategies import kind_for
