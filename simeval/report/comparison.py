@@ -22,7 +22,11 @@ procedure whose verdict reads its interval:
 The aggregate row is :func:`simeval.stats.mean_of_intervals` over the cells' return
 intervals, each divided by its task's reference width (else its bounds' width, else
 1): the mean over cells of normalised paired differences, cells weighted equally. It
-holds whenever every cell's interval holds, so it adds no error to the family.
+holds whenever every cell's interval holds, so it adds no error to the family; and so
+its verdict is withheld (``inconclusive``, with the reason) where a cell's data show
+its own interval's assumption broken (:func:`simeval.stats.verdicts.withheld`: fewer
+than ``MIN_N`` pairs, identical differences of a task not declared deterministic, a fall
+under a method that assumes near-symmetry), whether or not that cell's interval decides.
 
 This module reads nothing and draws nothing: :mod:`simeval.report.cli` reads the two
 directories and hands their lines to :func:`compare`; :mod:`simeval.report.text` and
@@ -43,7 +47,8 @@ from simeval import stats
 from simeval.records import plain
 from simeval.report.runs import merge_looks
 from simeval.sequential import LookPlan, verdict_of
-from simeval.stats.methods import descriptions
+from simeval.stats.methods import descriptions, method
+from simeval.stats.verdicts import REASONS, withheld
 from simeval.strategies.looks import CellLooks
 
 NOMINAL = "nominal"  # the condition of a plain (non-suite) evaluation
@@ -128,6 +133,8 @@ class CellResult:
         bounds: the declared bounds used, or None.
         reference: the task's reference (untrained, expert scores), or None.
         scale: what the aggregate row divides this cell's difference by (1 until :func:`compare` sets it).
+        deterministic: whether both runs' lines declare the task deterministic (``deterministic: true``):
+            identical differences are then a verdict.
     """
 
     task: str
@@ -146,11 +153,24 @@ class CellResult:
     bounds: tuple[float, float] | None = None
     reference: tuple[float, float] | None = None
     scale: float = 1.0
+    deterministic: bool = False
 
     @property
     def verdict(self) -> str:
         """The return's verdict (read from ``paired.diff``)."""
         return self.paired.verdict
+
+    @property
+    def broken(self) -> str:
+        """Why this cell's return interval cannot be leaned on (:data:`simeval.stats.verdicts.REASONS`), or ``""``:
+        the cell's own ``reason``, else what :func:`simeval.stats.verdicts.withheld` finds in its differences
+        (also where its interval holds 0 and so withheld nothing)."""
+        if self.paired.reason:
+            return self.paired.reason
+        a, b = self.returns_a, self.returns_b
+        magnitude = float(max(np.max(np.abs(a)), np.max(np.abs(b)))) if a.size else 0.0
+        symmetric = method(self.paired.method).assumes_symmetry
+        return withheld(b - a, symmetric, self.deterministic, magnitude)
 
 
 @dataclass
@@ -163,9 +183,14 @@ class Aggregate:
         mean_a: the mean over cells of A's normalised mean return.
         mean_b: the same for B (``diff.value == mean_b - mean_a``).
         diff: :func:`simeval.stats.mean_of_intervals` over the cells' return intervals and scales.
-        verdict: ``better``/``worse`` when ``diff``'s interval lies above/below 0, else ``inconclusive``.
+        verdict: ``better``/``worse`` when ``diff``'s interval lies above/below 0, else ``inconclusive``; also
+            ``inconclusive`` where ``reason`` withholds what the interval says.
         confidence: the probability that every cell's return interval holds, so that this one does.
         episodes: the paired episodes over all cells.
+        reason: why the verdict ``diff`` reads is withheld: the reasons of the cells in ``broken``
+            (:data:`simeval.stats.verdicts.REASONS`, in that order, joined by ``"; "``), or ``""``.
+        broken: ``(task, condition, reason)`` of every cell whose data show its interval's assumption broken
+            (:attr:`CellResult.broken`), whether or not the aggregate's interval decides.
     """
 
     normalised_by: str
@@ -175,6 +200,8 @@ class Aggregate:
     verdict: str
     confidence: float
     episodes: int
+    reason: str = ""
+    broken: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass
@@ -377,6 +404,18 @@ def _bounds(
     return pair_a
 
 
+def _deterministic(
+    a: Mapping[str, Any], b: Mapping[str, Any], cell: Cell, dir_a: str, dir_b: str, warnings: list[str]
+) -> bool:
+    """Whether both lines declare the task deterministic (``deterministic: true``); declared by one run only, it
+    is not used (a warning says so): identical differences then give no verdict."""
+    got_a, got_b = a.get("deterministic") is True, b.get("deterministic") is True
+    if got_a != got_b:
+        where = dir_a if got_a else dir_b
+        warnings.append(f"cell {_name(cell)}: only {where} declares the task deterministic; the comparison does not.")
+    return got_a and got_b
+
+
 def _success(key: str, sa: np.ndarray, sb: np.ndarray, share: stats.Interval, verdict: str) -> Success:
     a, b = sa != 0, sb != 0
     return Success(
@@ -403,8 +442,11 @@ def _fixed_cell(
     key = success_key(a, b)
     confidence = stats.family_confidence(alpha, cells * (2 if key else 1))
     bounds = _bounds(a, b, cell, dir_a, dir_b, warnings)
+    deterministic = _deterministic(a, b, cell, dir_a, dir_b, warnings)
     try:
-        result = stats.paired(returns_a, returns_b, confidence=confidence, bounds=bounds, margin=margin)
+        result = stats.paired(
+            returns_a, returns_b, confidence=confidence, bounds=bounds, margin=margin, deterministic=deterministic
+        )
         success = None
         if key:
             sa, sb = _floats(a, key), _floats(b, key)[order]
@@ -414,7 +456,7 @@ def _fixed_cell(
         raise CompareError(f"cell {_name(cell)} of {dir_a} and {dir_b}: {exc}") from None
     return CellResult(
         cell[0], cell[1], a, b, returns_a, returns_b, result, confidence, alpha / cells, ("fixed", alpha, cells),
-        success=success, bounds=bounds, reference=_reference(a, b, cell),
+        success=success, bounds=bounds, reference=_reference(a, b, cell), deterministic=deterministic,
     )  # fmt: skip
 
 
@@ -488,7 +530,8 @@ def _adaptive_cell(
     pairs = [(looks_a[k], looks_b[k]) for k in range(common)]
     keys = [success_key(a, b) for a, b in pairs]
     key = keys[0] if len(set(keys)) == 1 else None
-    looks = CellLooks(None, name, cell, plan, bounds)  # the strategy's own cell: its sequence, its stop rule
+    deterministic = _deterministic(looks_a[0], looks_b[0], cell, dir_a, dir_b, warnings)
+    looks = CellLooks(None, name, cell, plan, bounds, deterministic=deterministic)  # the strategy's own cell
     success_seq = plan.mcnemar(name) if key else None
     parts: list[tuple[np.ndarray, ...]] = []
     first_stop: tuple[int, str] | None = None
@@ -535,7 +578,7 @@ def _adaptive_cell(
     return CellResult(
         cell[0], cell[1], last_a, last_b, returns_a, returns_b, result, plan.confidence(key is not None),
         plan.alpha / plan.rows, (plan.rule, plan.alpha, plan.rows), stop=stop, looks=common, success=success,
-        bounds=bounds, reference=_reference(last_a, last_b, cell),
+        bounds=bounds, reference=_reference(last_a, last_b, cell), deterministic=deterministic,
     )  # fmt: skip
 
 
@@ -610,7 +653,11 @@ def _steps(picked: Mapping[Cell, list[dict]]) -> list[tuple[int, str]]:
 
 
 def _aggregate(cells: list[CellResult]) -> Aggregate:
-    """The mean over cells of normalised paired differences (each cell's scale set here)."""
+    """The mean over cells of normalised paired differences (each cell's scale set here).
+
+    Its interval holds when every cell's does; where a cell's data show its interval's assumption broken
+    (:attr:`CellResult.broken`), the verdict the interval reads is withheld with that cell's reason.
+    """
     references: dict[str, tuple[float, float] | None] = {}
     for c in cells:  # a task normalises only when every one of its cells has the same reference
         references[c.task] = c.reference if references.get(c.task, c.reference) == c.reference else None
@@ -639,14 +686,21 @@ def _aggregate(cells: list[CellResult]) -> Aggregate:
     mean_a = sum((c.paired.mean_a - off) / c.scale for c, off in zip(cells, offsets, strict=True)) / k
     mean_b = sum((c.paired.mean_b - off) / c.scale for c, off in zip(cells, offsets, strict=True)) / k
     return_spend = sum(c.spend / 2 if c.success is not None else c.spend for c in cells)
+    broken = tuple((c.task, c.condition, c.broken) for c in cells if c.broken)
+    verdict, reason = verdict_of(diff.low, diff.high), ""
+    if broken and verdict != "inconclusive":
+        seen = {why for _, _, why in broken}
+        verdict, reason = "inconclusive", "; ".join(r for r in REASONS if r in seen)
     return Aggregate(
         normalised_by=normalised_by,
         mean_a=mean_a,
         mean_b=mean_b,
         diff=diff,
-        verdict=verdict_of(diff.low, diff.high),
+        verdict=verdict,
         confidence=1.0 - return_spend,
         episodes=sum(c.paired.n for c in cells),
+        reason=reason,
+        broken=broken,
     )
 
 
@@ -779,7 +833,7 @@ def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
         _number(g.diff.high),
         _number(g.confidence),
         g.verdict,
-        "",
+        g.reason,
         "mean of intervals",
         g.episodes,
         None,

@@ -179,7 +179,13 @@ def legend_lines(comparison: Comparison) -> list[str]:
         lines.append("  success A, success B: success rates; success verdict: B's success against A's, as above")
     if any(_note(cell) for cell in c.cells):
         lines.append("  note: for an inconclusive cell, what to do next (its next: line below)")
-    reasons = {cell.paired.reason for cell in c.cells}
+    reasons = {cell.paired.reason for cell in c.cells} | {why for _, _, why in c.aggregate.broken}
+    if c.aggregate.reason:
+        cells = ", ".join(f"{task} / {condition} ({why})" for task, condition, why in c.aggregate.broken)
+        lines.append(
+            f"  * {c.aggregate.reason}: the * range holds only when every cell's does, and these cells' episodes "
+            f"break their method's assumption: {cells}; its verdict is withheld until they are fixed as below"
+        )
     if SKEWED in reasons:
         lines.append(
             f"  {SKEWED}: the range would decide, but one episode's difference lies far beyond the others' spread "
@@ -354,7 +360,7 @@ def table_rows(comparison: Comparison) -> list[tuple[str, ...]]:
         f"{g.mean_b:.{d}f}",
         with_ci(g.diff.value, g.diff.low, g.diff.high, digits=d),
         g.verdict,
-        UNITS[g.normalised_by],
+        g.reason or UNITS[g.normalised_by],
         "mean of intervals",
         str(g.episodes),
         "",

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from simeval.conditions import look_seed
 from simeval.records import retried_on_resume
-from simeval.sequential import LookPlan, SequentialMean, SequentialPaired
+from simeval.stats.sequential import LookPlan, SequentialMean, SequentialPaired
 from simeval.strategies.base import (
     EpisodeError,
     Failure,
@@ -63,6 +63,9 @@ class CellLooks:
     error: str | None = None
     arrived: dict[str, tuple] = field(default_factory=dict)
     """This look's rounds in so far: side -> (job, result, seconds, slot as it was)."""
+    deterministic: bool = False
+    """Whether the task is declared deterministic (the suite's ``deterministic: true``): identical differences
+    are then a verdict (:meth:`LookPlan.paired`)."""
 
     @property
     def over(self) -> bool:
@@ -85,7 +88,9 @@ class CellLooks:
         """
         if returns_b is not None:
             if self.seq is None:
-                self.seq = self.plan.paired(self.bounds, self.name, with_success=with_success)
+                self.seq = self.plan.paired(
+                    self.bounds, self.name, with_success=with_success, deterministic=self.deterministic
+                )
             self.seq.update(returns_a, returns_b)
         else:
             if self.seq is None:
