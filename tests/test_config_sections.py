@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from simeval.launch import main
-from simeval.launch.cli import NOT_WIRED, parse
+from simeval.launch.cli import parse
 from simeval.launch.config import (
     FIELDS,
     SECTIONS,
@@ -213,10 +213,7 @@ def test_checkpoint_is_repeatable_only_for_select_best_and_keeps_meaning_the_fir
     assert cfg.checkpoints == ["c.pt"]
 
 
-def test_select_best_is_refused_in_one_line_until_its_runner_is_wired(capsys):
-    argv = ["--select-best", "--checkpoint", "a.pt", "--checkpoint", "b.pt", "--margin", "50", "--look-every", "4"]
-    assert main(argv) == 2
-    assert capsys.readouterr().err == f"simeval-launch: error: {NOT_WIRED}\n"
+def test_select_best_s_flags_are_checked_in_one_line(capsys):
     assert main(["--select-best", "--checkpoint", "a.pt"]) == 2  # its flags are checked before that
     assert "--select-best needs --watch DIR or at least two --checkpoint" in capsys.readouterr().err
 

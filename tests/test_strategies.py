@@ -43,6 +43,8 @@ COMMANDS = {
     "until-decided": ["--suite", "suite.yaml", "--checkpoint", B, "--baseline", A, "--until-decided",
                       "--look-every", "4"],
     "until-precise": ["--suite", "suite.yaml", "--checkpoint", B, "--until-precise", "20", "--look-every", "4"],
+    "select-best": ["--select-best", "--checkpoint", os.path.join(SHIPPED_RUN, "step_000501760.pt"), "--checkpoint",
+                    B, "--num-envs", "4", "--max-steps", "50", "--look-every", "4", "--max-episodes", "16"],
 }  # fmt: skip
 """Each registered strategy's command (``--out`` added): small, several rounds, so that a kill lands mid-way."""
 
@@ -85,7 +87,7 @@ def test_a_strategy_is_registered_by_its_entry_point_and_a_taken_name_is_one_lin
             with pytest.raises(ValueError, match=r"entry point twice = twice_strategy:Twice .*'fixed' is taken"):
                 registered()
         else:
-            assert [k.name for k in registered()] == ["fixed", "until-decided", "until-precise", "twice"]
+            assert [k.name for k in registered()] == ["fixed", "until-decided", "until-precise", "select-best", "twice"]
             from simeval.strategies import kind_for
 
             assert kind_for("twice").name == "twice"
@@ -100,7 +102,7 @@ def test_every_mode_the_launcher_runs_is_a_registered_strategy_s_and_back():
 
     assert {m: kind_for(m).name for m in MODES if m != "serve"} == {
         "until-decided": "until-decided", "until-precise": "until-precise", "suite": "fixed", "checkpoint": "fixed",
-        "policy-server": "fixed", "watch": "fixed",
+        "policy-server": "fixed", "watch": "fixed", "select-best": "select-best",
     }  # fmt: skip
     assert all(m in MODES for kind in registered() for m in kind.modes)
     with pytest.raises(ValueError, match="no registered strategy drives mode 'serve'"):

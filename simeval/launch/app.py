@@ -84,9 +84,10 @@ def _run(parsed: Parsed, out: str) -> int:
             ck = load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
         elif cfg.source == "policy_server":
             ck = remote_checkpoint(cfg)
-        if not cfg.append:
+        selecting = cfg.mode == "select-best"  # its runner checks the lines in OUT itself (they are its looks)
+        if not cfg.append and not selecting:
             check_reuse(parsed, log, suite, ck)
-        before = evaluated_before(parsed, log, ck) if suite is None and not parsed.again else None
+        before = evaluated_before(parsed, log, ck) if suite is None and not (parsed.again or selecting) else None
         if before is not None:
             print(
                 f"{ck.path} (step {before.get('step')}) is already evaluated in {log.path} with these settings: "
@@ -155,6 +156,12 @@ def _watch(run: Run) -> int:
     return run_watch(run.session, run.log)
 
 
+def _select_best(run: Run) -> int:
+    from simeval.launch.select_best import run_select_best  # the selection's statistics: NumPy
+
+    return run_select_best(run.session, run.log)
+
+
 MODES: dict[str, Callable[[Run], int]] = {
     "serve": _serve,
     "until-decided": _looks,
@@ -163,6 +170,7 @@ MODES: dict[str, Callable[[Run], int]] = {
     "checkpoint": _checkpoint,
     "policy-server": _checkpoint,
     "watch": _watch,
+    "select-best": _select_best,
 }
 """The launcher's modes and their runners: a new mode adds its runner here (and its strategy's registration)."""
 

@@ -18,9 +18,6 @@ from typing import Any
 from simeval.command_line import OneLineParser
 from simeval.launch.config import FIELDS, ConfigError, LaunchConfig, from_mapping, load_yaml, resolve
 
-# Remove with the words "not wired yet" of --select-best's help (config/selection.py) when its runner lands.
-NOT_WIRED = "--select-best is not wired yet: its runner lands in a later change (its flags are checked already)."
-
 
 def _value_type(name: str) -> Any:
     """int, float, str, dict or list: the type of a field, without ``| None``."""
@@ -105,8 +102,6 @@ def parse(argv: list[str]) -> Parsed:
         settings.update(load_yaml(config_path))
     settings.update(from_mapping(given, "command line", typed=True))
     cfg = resolve(settings)
-    if cfg.mode == "select-best":
-        raise ConfigError(NOT_WIRED)
     if extra and not cfg.init_fn:
         raise ConfigError(unrecognized(extra, parser))
     return Parsed(cfg, extra, set(settings), config_path, again)

@@ -55,7 +55,7 @@ from simeval.launch.results import failures_line, resume_from
 from simeval.launch.session import PlanBusy, error_kind, slot_key
 from simeval.launch.sources import UNSETTLED, One, Unreadable, Unsettled, checkpoint_name
 from simeval.launch.summary import RunSummary
-from simeval.strategies import EpisodeError, FixedStrategy, Job, Step, Strategy
+from simeval.strategies import EpisodeError, Job, Step, Strategy
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -108,7 +108,7 @@ class Scheduler:
                     next_scan = 0.0  # a slot is free: look for the next checkpoint at once
                 self._propose()
                 self._publish()
-                ended = source is None or self.closed or source.done
+                ended = source is None or self.closed or source.done or not self.strategy.accepting
                 if source is not None and self.starved and not (self.running or self.jobs or ended) and self.cfg.watch:
                     self.board.waiting(self.cfg.watch, len(getattr(source, "seen", ())))
                 if not self.running and not self.jobs and ended and self.strategy.finished:
@@ -148,18 +148,11 @@ class Scheduler:
 
     def _wants(self) -> bool:
         """Whether to take checkpoints now: no job is queued, and a slot is idle (or the run queues its backlog)."""
-        return not self.jobs and (self._fixed.backlog or bool(self._idle()))
-
-    @property
-    def _fixed(self) -> FixedStrategy:
-        """The strategy, as one fed by a source of checkpoints."""
-        if not isinstance(self.strategy, FixedStrategy):
-            raise TypeError(f"a source of checkpoints feeds a fixed strategy, not {type(self.strategy).__name__}")
-        return self.strategy
+        return self.strategy.accepting and not self.jobs and (self.strategy.backlog or bool(self._idle()))
 
     def _take(self, source: CheckpointSource) -> None:
         """Queue the jobs of the checkpoints the source has now: one per idle slot, or its backlog."""
-        until, fixed = self.cfg.until_step, self._fixed
+        until, fixed = self.cfg.until_step, self.strategy
         while fixed.backlog or len(self.jobs) < len(self._idle()):
             ck = source.take()
             self.starved = ck is None
@@ -180,7 +173,7 @@ class Scheduler:
 
     def _queue(self, ck: Checkpoint) -> None:
         """Queue the jobs of ``ck`` not done yet."""
-        self.jobs.extend(self._fixed.jobs_for(ck, checkpoint_name(ck.path, self.cfg.watch)))
+        self.jobs.extend(self.strategy.jobs_for(ck, checkpoint_name(ck.path, self.cfg.watch)))
 
     def _propose(self) -> None:
         self.jobs.extend(self.strategy.propose())
@@ -253,6 +246,7 @@ class Scheduler:
                 self.cfg, job.ck, job.cell, write.result, seconds=write.seconds, attempts=job.attempt,
                 slot=write.slot, with_plan=self.session.one_plan, look=Look(*write.look) if write.look else None,
             )  # fmt: skip
+            record.update(write.fields)
             log = self.logs[job.side]
             log.append(record, publish=False)
             self.held.append((log, record))
@@ -296,13 +290,13 @@ class Scheduler:
         name = checkpoint_name(ck.path, self.cfg.watch)
         print(f"checkpoint {name} failed: {ck.error}", flush=True)
         self.summary.failed(f"checkpoint {name}", ck.error)
-        self.log.append(failed_line(self.cfg, ck.path, ck.error, ck.step, "checkpoint", self._fixed.scope))
+        self.log.append(failed_line(self.cfg, ck.path, ck.error, ck.step, "checkpoint", self.strategy.scope))
 
     def _unsettled(self, item: Unsettled) -> None:
         name = checkpoint_name(item.path, self.cfg.watch)
         print(f"checkpoint {name}: {UNSETTLED}; the next run reads it.", flush=True)
         self.summary.unsettled(f"checkpoint {name}", UNSETTLED)
-        self.log.append(unsettled_line(self.cfg, item.path, item.step, self._fixed.scope))
+        self.log.append(unsettled_line(self.cfg, item.path, item.step, self.strategy.scope))
 
 
 def _first_line(exc: BaseException) -> str:

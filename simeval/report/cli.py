@@ -11,7 +11,9 @@ are listed below the table (:func:`simeval.report.curves.failures`), and a repor
 nothing but failures exits 1.
 
 ``compare RUN_A RUN_B`` compares two runs cell by cell instead
-(:mod:`simeval.report.comparison`: a table, ``--json``, ``--html FILE``); a run
+(:mod:`simeval.report.comparison`: a table, ``--json``, ``--html FILE``). A ``--select-best`` run's
+directory gets its selection table instead (:mod:`simeval.report.selection`; ``--html FILE``: the page with
+each checkpoint's gap to the leader over looks); a run
 directory named ``compare`` is given as ``./compare``. ``python -m simeval.launch.report``
 and the ``simeval-report`` script run the same command.
 """
@@ -32,6 +34,8 @@ from simeval.report.comparison import CompareError, compare, json_rows
 from simeval.report.curves import failures, plot, table
 from simeval.report.html import write_html
 from simeval.report.runs import labels, merge_looks, read_failures, read_results
+from simeval.report.selection import is_selection, replay_selection, report_text
+from simeval.report.selection import write_html as write_selection_html
 from simeval.report.text import print_text, shown
 
 PROG = "python -m simeval.report compare"
@@ -149,7 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference", action="append", default=[], help="a results directory drawn as a baseline (its last result)"
     )
+    parser.add_argument(
+        "--html", metavar="FILE", help="a --select-best run: also write an HTML page (its table, each checkpoint's "
+        "gap to the leader over looks) to FILE"
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if len(args.runs) == 1 and not args.reference and is_selection(args.runs[0]):
+        return _selection(args.runs[0], args.html)
+    if args.html:
+        print("simeval-report: error: --html is for a --select-best run (compare RUN_A RUN_B has its own).",
+              file=sys.stderr)  # fmt: skip
+        return 2
     # One set of labels for runs and references: two different directories never share one.
     named = labels([*args.runs, *args.reference])
     run_names, reference_names = named[: len(args.runs)], named[len(args.runs) :]
@@ -178,6 +192,23 @@ def main(argv: list[str] | None = None) -> int:
     last = {label: rows[-1] for label, rows in references.items()}
     path = plot(runs, args.output or os.path.join(args.runs[0], "eval_curve.png"), last)
     print(f"plot: {path}")
+    return 0
+
+
+def _selection(out_dir: str, html_path: str | None) -> int:
+    """A ``--select-best`` run's report: its selection table and result; ``--html`` its page."""
+    try:
+        strategy = replay_selection(out_dir)
+    except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:
+        print(f"simeval-report: error: {shown(exc)}", file=sys.stderr)
+        return 2
+    print(report_text(strategy))
+    if html_path:
+        try:
+            print(f"html: {write_selection_html(strategy, html_path)}")
+        except OSError as exc:
+            print(f"simeval-report: error: --html {html_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -7,7 +7,8 @@ them without the launcher (this package imports neither).
 
 Built in: the fixed evaluation (:mod:`simeval.strategies.fixed`: ``--checkpoint``,
 ``--watch``, ``--suite``) and the look-by-look runs (:mod:`simeval.strategies.looks`:
-``--until-decided``, ``--until-precise``). A third party adds one by a
+``--until-decided``, ``--until-precise``) and the selection of the best checkpoint
+(:mod:`simeval.strategies.selection`: ``--select-best``, a source-fed strategy). A third party adds one by a
 :class:`StrategyKind` in the entry-point group ``simeval.strategies``.
 """
 
@@ -29,6 +30,7 @@ from simeval.strategies.base import (
 )
 from simeval.strategies.fixed import Fixed, FixedStrategy
 from simeval.strategies.looks import CellLooks, LookStrategy, UntilDecided, UntilPrecise
+from simeval.strategies.selection import SelectBest, SelectionPlan, SelectionStrategy
 
 __all__ = [
     "BUILT_IN",
@@ -40,6 +42,8 @@ __all__ = [
     "Job",
     "LookStrategy",
     "Replayed",
+    "SelectionPlan",
+    "SelectionStrategy",
     "Step",
     "Strategy",
     "StrategyKind",
@@ -50,7 +54,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "simeval.strategies"
-BUILT_IN: tuple[StrategyKind, ...] = (Fixed(), UntilDecided(), UntilPrecise())
+BUILT_IN: tuple[StrategyKind, ...] = (Fixed(), UntilDecided(), UntilPrecise(), SelectBest())
 
 
 @functools.cache

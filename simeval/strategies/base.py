@@ -74,6 +74,8 @@ class Write:
     slot: Any
     look: tuple[int, dict, str | None] | None = None
     """(look, look plan as data, stop or None) for a look's line; None for a fixed evaluation's."""
+    fields: dict = field(default_factory=dict)
+    """What else the line carries (a selection run's ``look`` and ``selection``)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,23 @@ class Strategy(ABC):
     """What the stop message calls the running rounds."""
     keep_going: bool = True
     """Record a failed round and go on; False: it is the run's error."""
+    backlog: bool = False
+    """A source-fed strategy: take every checkpoint the source has now, not one per idle slot."""
+    closing: bool = False
+    """A source-fed strategy's resume found ``--until-step`` reached already."""
+    scope: dict = {}  # noqa: RUF012 - read only: the fields of a line about a whole checkpoint file
+
+    def jobs_for(self, ck: Any, name: str) -> list[Job]:
+        """A source-fed strategy takes checkpoint ``ck`` (named ``name``) from the run's source: the jobs to queue.
+
+        The default refuses: the strategy proposes its own jobs (:meth:`propose`) and no source feeds it.
+        """
+        raise TypeError(f"a source of checkpoints feeds a source-fed strategy, not {type(self).__name__}")
+
+    @property
+    def accepting(self) -> bool:
+        """Whether it takes more checkpoints from the source (False: the run ends once its jobs are done)."""
+        return True
 
     @abstractmethod
     def propose(self) -> list[Job]:

@@ -26,8 +26,7 @@ class SelectionSection(Section):
         False,
         "choose the best of the --watch checkpoints (or of two or more --checkpoint) look by look on common seeds: "
         "checkpoints shown worse than the leader are eliminated, until one is left, all left are within --margin, "
-        "or --max-episodes is spent (not wired yet: its flags are checked, and the run is refused until its "
-        "runner lands)",
+        "or --max-episodes is spent; writes OUT/results.jsonl (one line per look per checkpoint, then the result)",
     )
 
     def check(self) -> None:

@@ -1,0 +1,139 @@
+"""``--select-best``: the launcher chooses the best of several checkpoints look by look on common seeds.
+
+Real launcher runs (in process, and a real process for ``--watch``) on the shipped HalfCheetah run's checkpoints,
+tiny settings (4 sub-envs, 50-step episodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from launch_helpers import _env
+
+from simeval.checkpoints.shipped import SHIPPED_RUN
+from simeval.launch import main
+
+EARLY, MIDDLE, LATE = (os.path.join(SHIPPED_RUN, f"step_{s:09d}.pt") for s in (126976, 501760, 1001472))
+TINY = ["--num-envs", "4", "--max-steps", "50", "--look-every", "4", "--max-episodes", "16"]
+
+
+def _lines(out) -> list[dict]:
+    with open(os.path.join(out, "results.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def chosen(tmp_path_factory):
+    """A run of three checkpoints with a margin: it stops before the budget and names the chosen one."""
+    out = str(tmp_path_factory.mktemp("select") / "out")
+    argv = ["--select-best", "--checkpoint", EARLY, "--checkpoint", MIDDLE, "--checkpoint", LATE, "--margin", "50"]
+    code = main([*argv, *TINY, "--out", out])
+    return code, out, argv
+
+
+def test_three_checkpoints_stop_and_name_the_chosen_one(chosen, capsys):
+    code, out, _ = chosen
+    assert code == 0
+    lines = _lines(out)
+    final = lines[-1]
+    assert final["status"] == "selection"
+    result = final["selection"]
+    assert result["stop"] in ("one left", "within margin")
+    assert result["chosen"] in ("step_000501760.pt", "step_001001472.pt")  # the early checkpoint is far worse
+    assert "step_000126976.pt" in result["eliminated"]
+    rounds = [r for r in lines if r.get("status") == "ok"]
+    assert {r["look"] for r in rounds} == set(range(max(r["look"] for r in rounds) + 1))
+    by_look = {}
+    for r in rounds:  # common seeds: every checkpoint's round of a look played the same episodes
+        by_look.setdefault(r["look"], set()).add(tuple(r["episode_seeds"]))
+    assert all(len(seeds) == 1 for seeds in by_look.values())
+    # an eliminated checkpoint plays no later look; the episodes used are fewer than a 16-episode sweep's
+    early = [r["look"] for r in rounds if r["checkpoint_name"] == "step_000126976.pt"]
+    assert max(early) == result["eliminated"]["step_000126976.pt"]["look"]
+    assert sum(len(r["episode_returns"]) for r in rounds) < 3 * 16
+
+
+def test_the_same_command_again_evaluates_nothing_and_the_report_prints_the_table(chosen, capsys):
+    code, out, argv = chosen
+    before = _lines(out)
+    capsys.readouterr()
+    assert main([*argv, *TINY, "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert "resuming:" in printed
+    assert _lines(out) == before
+    from simeval.report.cli import main as report
+
+    assert report([out]) == 0
+    table = capsys.readouterr().out
+    result = before[-1]["selection"]
+    assert "gap to leader" in table and f"chosen: {result['chosen']}" in table
+    assert "eliminated at look" in table
+    page = os.path.join(out, "selection.html")
+    assert report([out, "--html", page]) == 0
+    with open(page) as f:
+        text = f.read()
+    assert 'id="gaps"' in text and "data:image/png;base64," in text and result["chosen"] in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--suite", "s.yaml"], "--select-best chooses on one task for now: leave --suite out"),
+        (["--look-every", "4", "--max-episodes", "10"], "--max-episodes (10) is not a multiple of the look"),
+    ],
+)
+def test_refusals_are_one_line(extra, message, tmp_path, capsys):
+    if "--suite" in extra:
+        (tmp_path / "s.yaml").write_text("name: s\nepisodes: 4\nnum_envs: 4\ntasks:\n  - env: HalfCheetah-v5\n")
+        extra = ["--suite", str(tmp_path / "s.yaml")]
+    argv = ["--select-best", "--checkpoint", EARLY, "--checkpoint", LATE, *extra, "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_a_resume_with_another_plan_is_refused_in_one_line(chosen, capsys):
+    _, out, argv = chosen
+    capsys.readouterr()
+    assert main([*argv, *TINY[:-1], "32", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "holds a selection run with max_episodes 16 (now 32)" in err and err.count("\n") == 1, err
+
+
+def test_a_checkpoint_landing_mid_run_plays_the_looks_played_and_joins(tmp_path):
+    watched = tmp_path / "run"
+    watched.mkdir()
+    for path in (MIDDLE, LATE):
+        shutil.copy2(path, watched / os.path.basename(path))
+    late = "step_001100000.pt"  # a later step: the same weights as LATE, landing while the others play
+    out = tmp_path / "out"
+    args = ["--select-best", "--watch", str(watched), "--until-step", "1100000", "--poll-interval", "0.1", *TINY]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simeval.launch", *args, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
+    )  # fmt: skip
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and any(r.get("look", 0) >= 1 for r in _lines(out)):
+            break
+        time.sleep(0.05)
+    shutil.copy2(LATE, tmp_path / late)
+    os.replace(tmp_path / late, watched / late)  # whole, and settled (copy2 keeps the old mtime)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-3000:]
+    lines = _lines(out)
+    rounds = [r for r in lines if r.get("status") == "ok"]
+    joined = [r for r in rounds if r["checkpoint_name"] == late]
+    assert joined, stdout
+    assert min(r["selection"]["arrived"] for r in joined) >= 1  # it came in after look 0 was decided
+    first = {r["look"]: r["episode_seeds"] for r in rounds if r["checkpoint_name"] == "step_000501760.pt"}
+    assert {r["look"] for r in joined} >= set(range(joined[0]["selection"]["arrived"] + 1))
+    assert all(r["episode_seeds"] == first[r["look"]] for r in joined if r["look"] in first)
+    assert lines[-1]["status"] == "selection" and lines[-1]["selection"]["max_arms"] is None
