@@ -159,7 +159,11 @@ def run_adaptive(session: Session, suite: Suite, out: str) -> int:
         sides = [_side("", b, out)]
     cells = cells_of(suite, [s.ck for s in sides])
     plans = look_plans(cfg, cells)
-    runs = [CellLooks(c, c.name, c.key, plans[c.cell.task.env], c.cell.task.bounds, c.cell.task.seed) for c in cells]
+    runs = [
+        CellLooks(c, c.name, c.key, plans[c.cell.task.env], c.cell.task.bounds, c.cell.task.seed,
+                  deterministic=c.cell.task.deterministic)
+        for c in cells
+    ]  # fmt: skip
     strategy = LookStrategy(sides, runs, look_cell)
     files = " and ".join(s.log.path for s in sides)
     print(f"results: {files}", flush=True)
@@ -315,7 +319,7 @@ def _check_look(record: dict, run: CellLooks, side: Side) -> None:
     recorded = dict(record)
     with contextlib.suppress(ValueError):  # a plan written before a field existed reads with its default
         recorded["sequential"] = LookPlan.from_data(record.get("sequential")).as_data()
-    keys = ("sequential", "bounds", "seed", "num_envs", "max_steps", "condition_settings")
+    keys = ("sequential", "bounds", "deterministic", "seed", "num_envs", "max_steps", "condition_settings")
     differ = [_difference(k, recorded.get(k), _json(expected.get(k))) for k in keys]
     differ = [d for d in differ if d]
     if differ:

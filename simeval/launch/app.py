@@ -225,7 +225,7 @@ def check_reuse(parsed: Parsed, log: ResultsLog, suite: Suite | None, ck: Checkp
         from simeval.launch.suite_run import SuiteCell
 
         cells = {c.key: SuiteCell(c, suite.name) for c in suite.cells()}
-        keys = ("seed", "num_envs", "max_steps", "condition_settings", "bounds", "reference")
+        keys = ("seed", "num_envs", "max_steps", "condition_settings", "bounds", "deterministic", "reference")
 
         def now_of(record: dict[str, Any]) -> dict[str, Any] | None:
             if record.get("suite") != suite.name or "look" in record or "task" not in record:

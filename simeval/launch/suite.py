@@ -11,6 +11,7 @@
       - env: HalfCheetah-v5
         reference: {low: -280, high: 5000}   # optional: an untrained and an expert score
         bounds: {low: -1000, high: 13000}    # optional: the least and most one episode can return
+        deterministic: false                 # optional: true where every episode of a checkpoint returns the same
         conditions:                          # name -> settings; {} is the nominal env
           nominal: {}
           obs-noise: {observation_noise: 0.1}
@@ -28,7 +29,14 @@ server (``--policy-server``, openpi's ``prompt`` key) and recorded on its lines.
 ``bounds`` (a task's, or the suite's default for every task) declares the range of one
 episode's return: every line of the task records it, a return outside it fails the cell
 (never clipped), and the adaptive runs' and ``report compare``'s confidence sequences
-become the finite-sample betting ones (:mod:`simeval.sequential`). Every error is one line naming the file and the
+become the finite-sample betting ones (:mod:`simeval.sequential`). A task that declares none takes its simulator's
+(:meth:`simeval.envs.simulators.Simulator.return_bounds`), if it declares any.
+
+``deterministic: true`` declares that the task has no randomness: a checkpoint returns the same on
+every episode, so differences B - A that are all equal are the exact difference, and the t based
+intervals (fixed-n, t-mixture, planned looks) give a verdict from them; undeclared, such differences
+give none (``zero variance: declare deterministic``). Every line of the task records it, and
+``report compare`` uses it where both runs' lines do. Every error is one line naming the file and the
 field (``suites/x.yaml: tasks[0].conditions.heavy.body_mass_scale: ...``).
 The settings a condition may hold are :mod:`simeval.conditions`'. A condition's
 ``cfg`` overrides are data only: judged from the file alone, then applied to a
@@ -47,12 +55,12 @@ from typing import Any
 from simeval.conditions import Condition
 from simeval.envs import task_config
 from simeval.envs.cfg_overrides import apply_cfg_overrides
-from simeval.envs.simulators import check_condition, env_id_forms
+from simeval.envs.simulators import check_condition, env_id_forms, simulator_for
 from simeval.launch.config import ConfigError
 from simeval.yaml_files import YamlError, read_yaml
 
 _TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "bounds", "tasks")
-_TASK = ("env", "conditions", "reference", "bounds", "episodes", "seed", "num_envs", "max_steps")
+_TASK = ("env", "conditions", "reference", "bounds", "deterministic", "episodes", "seed", "num_envs", "max_steps")
 SEES = ("cameras", "image_size", "frame_stack", "prompt")  # what a task's policy sees; None: the run's flags
 _TASK += SEES
 MAX_PROMPT = 4096  # characters: a task's instruction, not a document
@@ -81,6 +89,8 @@ class SuiteTask:
     """Each camera's last N images stacked (None: the run's ``--frame-stack``)."""
     prompt: str | None = None
     """The task's text, sent to a policy server with every request (openpi's ``prompt``), or None."""
+    deterministic: bool = False
+    """Whether the task has no randomness (``deterministic: true``): identical differences are then a verdict."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,8 @@ class Cell:
             out["bounds"] = {"low": self.task.bounds[0], "high": self.task.bounds[1]}
         if self.task.prompt is not None:
             out["prompt"] = self.task.prompt
+        if self.task.deterministic:
+            out["deterministic"] = True
         return out
 
 
@@ -230,9 +242,34 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
         max_steps=_setting(data, "max_steps", defaults["max_steps"], where + "."),
         conditions=parsed,
         reference=_reference(data.get("reference"), where + ".reference"),
-        bounds=_bounds(data["bounds"], where + ".bounds") if "bounds" in data else defaults["bounds"],
+        bounds=_bounds(data["bounds"], where + ".bounds") if "bounds" in data else defaults["bounds"] or _declared(env),
+        deterministic=_flag(data, "deterministic", where + "."),
         **_sees(data, where + "."),
     )
+
+
+def _declared(env: str) -> tuple[float, float] | None:
+    """The return bounds ``env``'s simulator declares for it (:meth:`Simulator.return_bounds`), or None."""
+    try:
+        sim = simulator_for(env)
+    except ValueError:
+        return None  # no simulator runs it: the conditions' check says so in its own line
+    bounds = sim.return_bounds(env)
+    if bounds is None:
+        return None
+    try:
+        low, high = bounds
+    except (TypeError, ValueError):
+        raise ValueError(f"simulator {sim.name}'s return_bounds({env!r}) is not (low, high): {bounds!r:.80}") from None
+    return _bounds({"low": low, "high": high}, f"simulator {sim.name}'s return_bounds({env!r})")
+
+
+def _flag(data: Mapping, key: str, prefix: str) -> bool:
+    """A task's ``true``/``false`` setting (absent: false); ValueError naming it when it is not a YAML boolean."""
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{prefix}{key}: true or false, got {value!r:.80}.")
+    return value
 
 
 def _sees(data: Mapping, prefix: str) -> dict[str, Any]:

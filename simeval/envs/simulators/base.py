@@ -151,6 +151,16 @@ class Simulator(ABC):
         """This simulator's own one-line advice for a condition ``kind`` it cannot apply; None: the registry's."""
         return None
 
+    def return_bounds(self, name: str) -> tuple[float, float] | None:
+        """The least and the most one episode of task ``name`` can return, where the task guarantees them; else
+        None (the default: no built-in task declares any; HalfCheetah's return, for one, is unbounded).
+
+        A suite task that declares no ``bounds`` (nor the suite a default) takes these: its lines record them,
+        a return outside them fails the cell, and its comparisons use the bounded (betting) intervals, valid
+        whatever the falls. Declare only what the reward cannot exceed, at any ``max_steps``.
+        """
+        return None
+
     # -- the worker side: an env this simulator built -------------------------------------
     def info_keys(self, env: EnvBase) -> tuple[str, ...]:
         """Per-step keys (under "next") of ``env`` read at episode ends when a round names none, e.g. ``("success",)``.
