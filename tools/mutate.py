@@ -201,7 +201,7 @@ TARGETS: dict[str, Target] = {
         "simeval/report/comparison.py",
         (
             Stage(
-                ("tests/test_compare.py",),
+                ("tests/test_compare.py", "tests/test_aggregate_guard.py"),
                 # the page in a browser: HTML and plots, none of compare's numbers
                 deselect=("tests/test_compare.py::test_html_page_renders_in_a_browser_with_its_tables_and_plots",),
             ),
@@ -214,6 +214,7 @@ TARGETS: dict[str, Target] = {
             "success_key",
             "_reference",
             "_bounds",
+            "_deterministic",
             "_fixed_cell",
             "_adaptive_cell",
             "_decided_stop",
@@ -224,6 +225,25 @@ TARGETS: dict[str, Target] = {
             "json_rows",
             "_number",
         ),  # fmt: skip
+    ),
+    # The look-by-look strategy: each cell's sequence, its stop, the lines and the replay (report and resume).
+    "looks": Target(
+        "simeval/strategies/looks.py",
+        (
+            Stage(
+                (
+                    "tests/test_compare.py",  # adaptive runs' lines replayed through CellLooks, against by-hand replays
+                    "tests/test_strategies.py",  # the strategy contract: resume after a kill mid-look, replay == run
+                    "tests/test_task_declarations.py",  # a deterministic task decides from identical differences
+                    "tests/test_adaptive.py",  # real --until-decided / --until-precise runs: looks, stops, resume
+                ),
+                deselect=(
+                    "tests/test_compare.py::test_html_page_renders_in_a_browser_with_its_tables_and_plots",
+                    # two Ray workers: the same looks as the thread backend's, no number of looks.py's own
+                    "tests/test_adaptive.py::test_two_ray_workers_see_the_episodes_one_thread_worker_sees",
+                ),
+            ),
+        ),
     ),
     "load": Target(
         "simeval/checkpoints/load.py",
