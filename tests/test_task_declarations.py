@@ -122,3 +122,16 @@ def test_a_simulators_return_bounds_apply_where_the_suite_declares_none(tmp_path
     finally:
         sys.modules.pop("bounded_sim", None)
         registered.cache_clear()
+
+
+def test_a_checkpoint_against_itself_runs_every_look(tmp_path):
+    """An A/A run (``--baseline`` the same file as ``--checkpoint``), the sanity check of a setup, looks twice and
+    stops on its budget. Before: its second look crashed the launcher, ``Converting a tensordict to boolean value is
+    not permitted`` (the scheduler removed a queued job by equality, and equal paths compared the weights)."""
+    path = tmp_path / "aa.yaml"
+    path.write_text(SUITE.replace("episodes: 4", "episodes: 8"))
+    proc = cli("--suite", str(path), "--checkpoint", B, "--baseline", B, "--until-decided", "--look-every", "4",
+               "--max-episodes", "8", "--out", str(tmp_path / "aa"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = "look 1 HalfCheetah-v5 / nominal: 8 episodes each, B - A +0.00 [+0.00, +0.00] inconclusive: stop (budget)"
+    assert last in proc.stdout

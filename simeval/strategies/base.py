@@ -36,9 +36,12 @@ from simeval.records import plain
 _SUCCESS = ("episode_success_once", "episode_success_at_end")
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
-    """One round to evaluate: a checkpoint on a cell (at a look, with its seed, for a look-by-look strategy)."""
+    """One round to evaluate: a checkpoint on a cell (at a look, with its seed, for a look-by-look strategy).
+
+    A job is itself only (``eq=False``): two rounds of one file on one cell (an A/A run's A and B) are two jobs, and
+    comparing them field by field would compare the checkpoints' weights."""
 
     ck: Any
     """The checkpoint (a :class:`simeval.checkpoints.Checkpoint`)."""
