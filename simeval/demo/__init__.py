@@ -17,6 +17,9 @@ the final checkpoint against the first, decided adaptively (``--until-decided``:
 looks of 4 episodes on common seeds, each cell stopped once its anytime-valid
 interval excludes 0, at most 16 episodes): the episodes used against a fixed
 run's, and the comparison the files reproduce: the table, and ``compare.html``.
+Last, the best of the shipped run's eight checkpoints chosen with a guarantee
+(``--select-best --margin 50 --look-every 4 --max-episodes 32``): the selection table and
+the episodes it used against a fixed 32-episode sweep's.
 """
 
 from __future__ import annotations
@@ -94,4 +97,17 @@ def _suite_part(root: str, curve: list[dict]) -> int:
     html = os.path.join(root, "compare.html")
     args = ["compare", os.path.join(out, "a"), os.path.join(out, "b"), "--html", html]
     print(f"\n$ python -m simeval.report {' '.join(args)}", flush=True)
-    return cli.main(args)
+    if cli.main(args) != 0:
+        return 1
+    return _selection_part(root)
+
+
+def _selection_part(root: str) -> int:
+    """The best of the shipped run's checkpoints, chosen look by look on common seeds (``--select-best``)."""
+    from simeval.checkpoints.shipped import SHIPPED_RUN
+
+    out = os.path.join(root, "select-best")
+    args = ["--select-best", "--watch", os.path.relpath(SHIPPED_RUN), "--margin", "50", "--look-every", "4"]
+    args += ["--max-episodes", "32", "--out", out]
+    print(f"\n$ python -m simeval.launch {' '.join(args)}", flush=True)
+    return launch.main(args)

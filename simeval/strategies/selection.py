@@ -229,10 +229,10 @@ class SelectionStrategy(Strategy):
             return in_order_of(first.seeds.get(k), arm.seeds.get(k), arm.values[k], f"{arm.name} {name}")
 
         try:
-            if self.sel is None:
+            if self.sel is None:  # its t-mixture tuned for the budget, where the close calls are decided
                 self.sel = SequentialSelection(
                     len(members), 1 - self.plan.alpha, self.plan.bounds, self.plan.margin,
-                    max_arms=self.plan.max_arms, plan_n=self.plan.look_every, deterministic=self.deterministic,
+                    max_arms=self.plan.max_arms, plan_n=self.plan.max_episodes, deterministic=self.deterministic,
                 )  # fmt: skip
                 for arm in members:
                     arm.joined = True
@@ -353,7 +353,7 @@ class SelectionStrategy(Strategy):
         lines.append(self.describe())
         if sweep:
             lines.append(
-                f"episodes used: {used} of the {sweep} a fixed sweep evaluates ({len(rows)} checkpoint(s) x "
+                f"episodes: {used} of the {sweep} a fixed sweep evaluates ({len(rows)} checkpoint(s) x "
                 f"{self.plan.max_episodes}): {100 * used / sweep:.0f}%"
             )
         return "\n".join(lines)
