@@ -179,8 +179,9 @@ def legend_lines(comparison: Comparison) -> list[str]:
         lines.append("  success A, success B: success rates; success verdict: B's success against A's, as above")
     if any(_note(cell) for cell in c.cells):
         lines.append("  note: for an inconclusive cell, what to do next (its next: line below)")
-    reasons = {cell.paired.reason for cell in c.cells} | {why for _, _, why in c.aggregate.broken}
+    reasons = {cell.paired.reason for cell in c.cells}
     if c.aggregate.reason:
+        reasons |= {why for _, _, why in c.aggregate.broken}
         cells = ", ".join(f"{task} / {condition} ({why})" for task, condition, why in c.aggregate.broken)
         lines.append(
             f"  * {c.aggregate.reason}: the * range holds only when every cell's does, and these cells' episodes "
