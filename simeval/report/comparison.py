@@ -795,7 +795,7 @@ def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
     half (a description, not a test); ``pairing_gain`` how many times more episodes an unpaired
     comparison would need; ``scale`` what the aggregate row divides the cell's difference by.
     The aggregate's ``mean_a``/``mean_b`` are the means over cells of the normalised mean
-    returns, its ``scale`` is ``reference``, ``bounds`` or ``raw``.
+    returns, its ``scale`` is ``reference``, ``bounds`` or ``raw``, its ``reason`` :attr:`Aggregate.reason`.
     """
     out = []
     for c in comparison.cells:
