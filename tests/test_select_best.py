@@ -68,6 +68,10 @@ def test_the_same_command_again_evaluates_nothing_and_the_report_prints_the_tabl
     assert "resuming:" in printed
     assert _lines(out) == before
     from simeval.report.cli import main as report
+    from simeval.report.selection import replay_selection
+
+    # replaying the lines through the strategy's code (no launcher) gives the decisions the run recorded
+    assert replay_selection(out).result_line() == before[-1]
 
     assert report([out]) == 0
     table = capsys.readouterr().out
