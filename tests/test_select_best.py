@@ -141,3 +141,27 @@ def test_a_checkpoint_landing_mid_run_plays_the_looks_played_and_joins(tmp_path)
     assert {r["look"] for r in joined} >= set(range(joined[0]["selection"]["arrived"] + 1))
     assert all(r["episode_seeds"] == first[r["look"]] for r in joined if r["look"] in first)
     assert lines[-1]["status"] == "selection" and lines[-1]["selection"]["max_arms"] is None
+
+
+def test_the_html_page_renders_its_table_and_gap_plot_in_a_browser(chosen, tmp_path):
+    """The page forbids every fetch (its CSP); a copy with a probe script says what headless Chromium decoded."""
+    from test_compare import _PROBE, _chromium_dom, _Page
+
+    from simeval.report.cli import main as report
+
+    if shutil.which("chromium") is None and not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("no chromium here (tests/test_compare.py installs it where it can)")
+    _, out, _ = chosen
+    page = tmp_path / "selection.html"
+    assert report([out, "--html", str(page)]) == 0
+    text = page.read_text()
+    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+    assert csp in text
+    probed = tmp_path / "probed.html"
+    probed.write_text(text.replace(csp, csp + "; script-src 'unsafe-inline'").replace("</body>", _PROBE + "</body>"))
+    dom = _Page()
+    dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
+    images = json.loads(dom.probe)
+    assert [i[0] for i in images] == ["gaps"] and images[0][1] and images[0][2] > 0, images
+    outcomes = [row[-1] for row in dom.rows if row]
+    assert outcomes.count("chosen") == 1 and any(o.startswith("eliminated at look") for o in outcomes), dom.rows
