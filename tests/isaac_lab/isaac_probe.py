@@ -4,6 +4,8 @@
     python isaac_probe.py bare CHECKPOINT OUT.json [--device cpu] ...
     python isaac_probe.py layout OUT.json [--device cpu]
     python isaac_probe.py rsl_rl CHECKPOINT OUT.json [--device cpu] ...
+    python isaac_probe.py batch PLAN.json
+
 
 ``evaluate`` runs simeval's Evaluator on the offline Isaac Lab cartpole with a
 checkpoint's weights and VecNorm statistics; ``bare`` steps the same env with
@@ -12,6 +14,10 @@ sub-env's first episode; ``layout`` describes what make_env built; ``rsl_rl``
 plays an rsl_rl checkpoint the way Isaac Lab's play script does (rsl_rl's own
 runner and inference policy), reports each sub-env's first episode, and how far
 simeval's rebuilt actor's actions are from rsl_rl's on the observations seen.
+``batch`` runs a plan's probes (a JSON list of the argument lists above) one
+after the other in this one process, so Isaac Lab starts once for all of them;
+a probe that raises writes ``{"probe_error": TRACEBACK}`` to its OUT.json and
+the next one still runs.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import functools
 import json
 import os
 import sys
+import traceback
 
 TASK = "isaaclab:Simeval-Isaac-Cartpole-Direct"
 
@@ -184,7 +191,20 @@ def layout(a) -> None:
     env.close()
 
 
+def batch(a) -> None:
+    (plan,) = a.rest
+    with open(plan) as f:
+        steps = [_args(argv) for argv in json.load(f)]
+    for step in steps:
+        try:
+            PROBES[step.what](step)
+        except Exception:  # noqa: BLE001  (the test that reads this probe's OUT.json fails with it)
+            _write(step.rest[-1], {"probe_error": traceback.format_exc()})
+
+
+PROBES = {"evaluate": evaluate, "bare": bare, "layout": layout, "rsl_rl": rsl_rl}
+
 if __name__ == "__main__":
     args = _args(sys.argv[1:])
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    {"evaluate": evaluate, "bare": bare, "layout": layout, "rsl_rl": rsl_rl}[args.what](args)
+    {**PROBES, "batch": batch}[args.what](args)

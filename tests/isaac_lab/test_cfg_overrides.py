@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 import pytest
-from isaac_script import REPO, error_of, run_script
+from isaac_script import REPO, error_of, probe_of
 
 TASK = "isaaclab:Simeval-Isaac-Cartpole"
 MASS = "events.add_pole_mass.params.mass_distribution_params"
@@ -61,12 +61,12 @@ tasks:
       {name}: {{cfg: {{{path}: {value}}}}}
 """
 
-pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.required, pytest.mark.timeout(1500)]  # the first test waits for isaac_scripts
 
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory) -> dict:
-    return run_script(__file__, tmp_path_factory.mktemp("cfg_overrides") / "probe.json")
+def probed(isaac_scripts) -> dict:
+    return probe_of(isaac_scripts, __name__)
 
 
 def test_overrides_land_in_the_env_config_as_the_configs_types(probed):

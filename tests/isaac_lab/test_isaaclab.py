@@ -39,6 +39,7 @@ def _devices() -> list[str]:
 
 
 DEVICES = _devices()
+BACKENDS = ("thread", "process", "ray")
 
 
 def _env() -> dict:
@@ -55,11 +56,48 @@ def _run(*args: str, timeout: float = 420) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
 
 
-def probe(tmp_path, *args: str):
-    out = tmp_path / f"probe-{len(list(tmp_path.iterdir()))}.json"
-    proc = _run(PROBE, args[0], *args[1:], str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+def _plan(device: str) -> dict[str, list[str]]:
+    """Every isaac_probe.py probe the tests below read, by name, on ``device`` (the CPU-only tests' on cpu's)."""
+    on, four = ["--device", device], ["--num-envs", "4", "--episodes", "4"]
+    plan = {
+        "layout": ["layout", *on, "--num-envs", "3", "--max-steps", "20"],
+        "bare": ["bare", VECNORM_CKPT, *on, *four],
+        **{backend: ["evaluate", backend, VECNORM_CKPT, *on, *four] for backend in BACKENDS},
+    }
+    if device == "cpu":
+        untrained, trained = checkpoints()[0], checkpoints()[-1]
+        plan["uneven"] = ["evaluate", "process", untrained, "--num-envs", "4", "--episodes", "10", "--max-steps", "120"]
+        n = ["--num-envs", "16", "--max-steps", "300", "--seed", "5"]
+        plan["rsl_rl_play"] = ["rsl_rl", trained, *n]
+        plan["rsl_rl_simeval"] = ["evaluate", "thread", trained, *n, "--episodes", "16"]
+    return plan
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """``probed(device)``: what each probe of ``_plan(device)`` wrote, by name; one Isaac Lab process per device
+    runs them all (``isaac_probe.py batch``), so Isaac Lab starts once for them, not once per probe."""
+    done: dict[str, dict] = {}
+
+    def of(device: str) -> dict:
+        if device not in done:
+            tmp = tmp_path_factory.mktemp("probes-" + device.replace(":", ""))
+            outs = {name: tmp / f"{name}.json" for name in _plan(device)}
+            plan = [[*argv, str(outs[name])] for name, argv in _plan(device).items()]
+            (tmp / "plan.json").write_text(json.dumps(plan))
+            proc = _run(PROBE, "batch", str(tmp / "plan.json"), timeout=1100)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            done[device] = {name: json.loads(out.read_text()) for name, out in outs.items()}
+        return done[device]
+
+    return of
+
+
+def probe(probed, device: str, name: str):
+    """What probe ``name`` of ``_plan(device)`` wrote; its traceback as the failure if it raised."""
+    result = probed(device)[name]
+    assert not (isinstance(result, dict) and "probe_error" in result), result["probe_error"][-3000:]
+    return result
 
 
 def launch(*args: str, timeout: float = 420) -> subprocess.CompletedProcess:
@@ -79,8 +117,8 @@ def read_results(out) -> list[dict]:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_make_env_builds_the_real_isaac_lab_task_with_simevals_transform_layout(tmp_path, device):
-    info = probe(tmp_path, "layout", "--device", device, "--num-envs", "3", "--max-steps", "20")
+def test_make_env_builds_the_real_isaac_lab_task_with_simevals_transform_layout(probed, device):
+    info = probe(probed, device, "layout")  # 3 sub-envs, max_steps 20
     assert info["transforms"] == ["DoubleToFloat", "StepCounter", "VecNormV2", "RewardSum"]  # as on MuJoCo
     assert info["wrapper_transforms"] == ["VecGymEnvTransform"]  # IsaacLabWrapper's own, inside
     assert info["obs_norm_id"] == "VecNormV2"  # OBS_NORM_ID fits Isaac Lab envs too
@@ -93,12 +131,12 @@ def test_make_env_builds_the_real_isaac_lab_task_with_simevals_transform_layout(
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_every_backend_gives_the_same_numbers_as_a_bare_loop(tmp_path, device):
-    ckpt = VECNORM_CKPT  # VecNorm statistics from training, applied frozen on every backend
-    bare = probe(tmp_path, "bare", ckpt, "--device", device, "--num-envs", "4", "--episodes", "4")
+def test_every_backend_gives_the_same_numbers_as_a_bare_loop(probed, device):
+    # VECNORM_CKPT: VecNorm statistics from training, applied frozen on every backend; 4 sub-envs, 4 episodes
+    bare = probe(probed, device, "bare")
     by_backend = {}
-    for backend in ("thread", "process", "ray"):
-        results = probe(tmp_path, "evaluate", backend, ckpt, "--device", device, "--num-envs", "4", "--episodes", "4")
+    for backend in BACKENDS:
+        results = probe(probed, device, backend)
         for r in results:
             assert r["eval/num_episodes"] == 4
             assert r["eval/episode_returns"] == pytest.approx(bare["returns"], rel=1e-6, abs=1e-9)
@@ -110,9 +148,9 @@ def test_every_backend_gives_the_same_numbers_as_a_bare_loop(tmp_path, device):
         assert r["eval/success_rate"] == ref["eval/success_rate"], backend
 
 
-def test_exactly_n_episodes_with_uneven_quotas_and_isaac_lab_metrics(tmp_path):
-    ckpt = checkpoints()[0]  # untrained: some carts leave the rail (terminated), others time out
-    (r, _) = probe(tmp_path, "evaluate", "process", ckpt, "--num-envs", "4", "--episodes", "10", "--max-steps", "120")
+def test_exactly_n_episodes_with_uneven_quotas_and_isaac_lab_metrics(probed):
+    # checkpoints()[0], untrained: some carts leave the rail (terminated), others time out; 4 sub-envs, 10 episodes
+    (r, _) = probe(probed, "cpu", "uneven")
     assert r["eval/num_episodes"] == 10 and len(r["eval/episode_returns"]) == 10
     term, trunc = r["eval/terminated_fraction"], r["eval/truncated_fraction"]
     assert term + trunc == pytest.approx(1.0)
@@ -156,14 +194,13 @@ def test_launcher_watch_evaluates_every_checkpoint_of_an_isaac_lab_run(tmp_path)
     assert trained["success_rate"] >= 0.9 and untrained["success_rate"] <= 0.1
 
 
-def test_rsl_rl_checkpoint_acts_and_scores_as_rsl_rls_own_play_loop(tmp_path):
-    ckpt = checkpoints()[-1]
-    n = 16
-    theirs = probe(tmp_path, "rsl_rl", ckpt, "--num-envs", str(n), "--max-steps", "300", "--seed", "5")
+def test_rsl_rl_checkpoint_acts_and_scores_as_rsl_rls_own_play_loop(probed):
+    # checkpoints()[-1] on 16 sub-envs, seed 5: rsl_rl's play loop, then simeval's thread backend (16 episodes)
+    theirs = probe(probed, "cpu", "rsl_rl_play")
     assert theirs["max_action_diff"] <= 1e-5  # simeval's actor is rsl_rl's inference policy
     assert theirs["architecture"] == os.path.join("params", "agent.yaml")
-    (ours,) = probe(tmp_path, "evaluate", "thread", ckpt, "--num-envs", str(n), "--episodes", str(n),
-                    "--max-steps", "300", "--seed", "5")[:1]  # fmt: skip
+    (ours,) = probe(probed, "cpu", "rsl_rl_simeval")[:1]
+    assert len(theirs["returns"]) == len(ours["eval/episode_returns"]) == 16
     a, b = theirs["returns"], ours["eval/episode_returns"]
     se = (statistics.pvariance(a) / len(a) + statistics.pvariance(b) / len(b)) ** 0.5
     assert abs(statistics.fmean(a) - statistics.fmean(b)) <= 4 * se + 0.05

@@ -20,17 +20,17 @@ import json
 import sys
 
 import pytest
-from isaac_script import error_of, run_script
+from isaac_script import error_of, probe_of
 
 TASK = "isaaclab:Simeval-Isaac-Cartpole"
 NUM_ENVS, STEPS, MAX_STEPS, ROUND_SEED, STD, DELAY = 4, 30, 12, 12345, 0.5, 2
 
-pytestmark = [pytest.mark.required, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.required, pytest.mark.timeout(1500)]  # the first test waits for isaac_scripts
 
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory) -> dict:
-    return run_script(__file__, tmp_path_factory.mktemp("isaaclab_conditions") / "probe.json")
+def probed(isaac_scripts) -> dict:
+    return probe_of(isaac_scripts, __name__)
 
 
 def test_the_layout_is_make_envs_with_the_condition_below_vecnorm(probed):

@@ -26,7 +26,7 @@ import os
 import sys
 
 import pytest
-from isaac_script import run_script
+from isaac_script import probe_of
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "simeval", "data")
 VECNORM_CKPT = os.path.join(DATA, "isaaclab_cartpole_ppo", "step_000245760.pt")
@@ -44,12 +44,12 @@ ORACLE_CASE = "direct-random-mlp"
 SEED = 5  # every round's, and the oracle's
 KEYS = ("episode_returns", "episode_lengths", "reward", "reward_std", "reward_ci_low", "reward_ci_high")
 
-pytestmark = [pytest.mark.required, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.required, pytest.mark.timeout(1500)]  # the first test waits for isaac_scripts
 
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory) -> dict:
-    return run_script(__file__, tmp_path_factory.mktemp("tensor_rollout") / "probe.json", timeout=780)
+def probed(isaac_scripts) -> dict:
+    return probe_of(isaac_scripts, __name__)
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
