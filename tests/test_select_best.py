@@ -165,3 +165,23 @@ def test_the_html_page_renders_its_table_and_gap_plot_in_a_browser(chosen, tmp_p
     assert [i[0] for i in images] == ["gaps"] and images[0][1] and images[0][2] > 0, images
     outcomes = [row[-1] for row in dom.rows if row]
     assert outcomes.count("chosen") == 1 and any(o.startswith("eliminated at look") for o in outcomes), dom.rows
+
+
+def test_an_unreadable_file_under_watch_is_a_failed_line_and_the_run_still_resumes(tmp_path, capsys):
+    watched = tmp_path / "run"
+    watched.mkdir()
+    for path in (EARLY, LATE):
+        shutil.copy2(path, watched / os.path.basename(path))
+    broken = watched / "step_000600000.pt"
+    broken.write_bytes(b"not a checkpoint")
+    os.utime(broken, (time.time() - 60, time.time() - 60))  # settled: read, and found unreadable
+    (watched / "DONE").write_text("")
+    out = str(tmp_path / "out")
+    argv = ["--select-best", "--watch", str(watched), *TINY[:-1], "8", "--out", out]
+    assert main(argv) == 0
+    failed = [r for r in _lines(out) if r.get("status") == "failed"]
+    assert [r["checkpoint_name"] for r in failed] == ["step_000600000.pt"]
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "resuming:" in capsys.readouterr().out
+    assert [r["checkpoint_name"] for r in _lines(out) if r.get("status") == "failed"] == ["step_000600000.pt"]

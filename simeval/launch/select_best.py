@@ -116,29 +116,34 @@ def run_select_best(session: Session, log: ResultsLog) -> int:
         f"checkpoint, margin {plan.margin:g}, alpha {plan.alpha:g}",
         flush=True,
     )
-    code = Scheduler(session, {"": log}, strategy).run(_source(session))
+    unreadable = {  # files a resume does not read again (unless --retry-failed); an unsettled one it does
+        r.get("checkpoint_name") for r in records if r.get("status") == "failed" and r.get("error_kind") == "checkpoint"
+    }
+    code = Scheduler(session, {"": log}, strategy).run(_source(session, set() if cfg.retry_failed else unreadable))
     final = strategy.result_line()
     if strategy.stop is not None and not any(r.get("status") == "selection" for r in records):
         log.append(final, publish=False)
     return code
 
 
-def _source(session: Session) -> CheckpointSource:
+def _source(session: Session, seen: set[str]) -> CheckpointSource:
+    """The run's checkpoints: ``--watch``'s (skipping the files named in ``seen``), or the ``--checkpoint`` list."""
     cfg = session.cfg
     if cfg.watch:
         check_watch_dir(cfg.watch)
-        return Watcher(
-            cfg.watch, set(), session.stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes
-        )
+        return Watcher(cfg.watch, seen, session.stop, cfg.poll_interval, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
     load = lambda path: load_checkpoint(path, cfg.format, max_bytes=cfg.max_checkpoint_bytes)  # noqa: E731
     return Several([load(p) for p in cfg.checkpoints])
 
 
 def _check_ours(records: list[dict], plan: SelectionPlan, path: str) -> None:
-    """A ConfigError unless every line of ``records`` is a round (or the result) of a selection run with ``plan``."""
+    """A ConfigError unless every line of ``records`` is a round (or the result) of a selection run with ``plan``, or a
+    watched file's failed line (unreadable, or still being written)."""
     now = plan.as_data()
     for record in records:
         data = record.get("selection")
+        if record.get("status") == "failed" and record.get("error_kind") in ("checkpoint", "unsettled"):
+            continue  # a watched file that could not be read, or was still being written: no round of the run
         if not isinstance(data, dict):
             raise ConfigError(
                 f"{path} holds lines of another run (no 'selection' field): one results directory holds one "
