@@ -316,7 +316,12 @@ class SelectionStrategy(Strategy):
             else:
                 row["gap"] = sel.gap(arm.index)
                 chosen = self.stop in ("one left", "within margin") and arm.index == sel.best
-                row["outcome"] = "chosen" if chosen else "leader" if arm.index == sel.best else "alive"
+                if chosen:
+                    row["outcome"] = "chosen"
+                elif self.stop == "within margin":
+                    row["outcome"] = f"equivalent within {self.plan.margin:g}"
+                else:
+                    row["outcome"] = "leader" if arm.index == sel.best else "alive"
             out.append(row)
         return out
 
