@@ -232,6 +232,7 @@ TARGETS: dict[str, Target] = {
         (
             Stage(
                 (
+                    "tests/test_looks.py",  # in process: B put in A's order by seed, a declared-deterministic cell
                     "tests/test_compare.py",  # adaptive runs' lines replayed through CellLooks, against by-hand replays
                     "tests/test_strategies.py",  # the strategy contract: resume after a kill mid-look, replay == run
                     "tests/test_task_declarations.py",  # a deterministic task decides from identical differences
