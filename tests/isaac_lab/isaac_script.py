@@ -19,7 +19,13 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 # The modules whose probes share the session's script process, in the order it runs them.
-SCRIPTED = ("test_cfg_overrides", "test_isaaclab_conditions", "test_isaaclab_contract", "test_tensor_rollout")
+SCRIPTED = (
+    "test_cfg_overrides",
+    "test_isaaclab_conditions",
+    "test_isaaclab_contract",
+    "test_tensor_rollout",
+    "test_isaaclab",  # its cpu probes; last: its ray backend leaves a Ray cluster in the process
+)
 
 
 def run_scripts(out_dir, modules=SCRIPTED, timeout: float = 1300) -> dict[str, dict | str]:

@@ -15,8 +15,10 @@ import os
 import statistics
 import subprocess
 import sys
+import traceback
 
 import pytest
+from isaac_script import probe_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -74,10 +76,11 @@ def _plan(device: str) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory):
-    """``probed(device)``: what each probe of ``_plan(device)`` wrote, by name; one Isaac Lab process per device
-    runs them all (``isaac_probe.py batch``), so Isaac Lab starts once for them, not once per probe."""
-    done: dict[str, dict] = {}
+def probed(tmp_path_factory, isaac_scripts):
+    """``probed(device)``: what each probe of ``_plan(device)`` wrote, by name. The cpu plan runs in the session's
+    shared Isaac Lab process (``_probe``, isaac_script.py); a GPU's in one process of its own (``isaac_probe.py
+    batch``): Isaac Lab starts once for a plan, not once per probe."""
+    done: dict[str, dict] = {"cpu": probe_of(isaac_scripts, __name__)}
 
     def of(device: str) -> dict:
         if device not in done:
@@ -253,3 +256,24 @@ def test_bad_isaac_input_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "needs an asset this machine cannot load" in last and "ISAACSIM_ASSET_ROOT" in last
+
+
+# ---- the session's shared Isaac Lab process (isaac_script.py) ----
+
+
+def _probe(out: str) -> None:
+    """The cpu plan's probes, one after the other in this process; each one's result (or traceback) by name."""
+    import isaac_probe
+
+    results = {}
+    for name, argv in _plan("cpu").items():
+        path = f"{out}.{name}"
+        step = isaac_probe._args([*argv, path])
+        try:
+            isaac_probe.PROBES[step.what](step)
+            with open(path) as f:
+                results[name] = json.load(f)
+        except Exception:  # noqa: BLE001  (the test that reads this probe fails with it; the next one still runs)
+            results[name] = {"probe_error": traceback.format_exc()}
+    with open(out, "w") as f:
+        json.dump(results, f)
