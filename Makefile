@@ -128,14 +128,14 @@ demo: $(DEMO_STAMP)
 # Two lanes at a time (make -j2), after the core venv is built (once, before either starts). Lane one: lint,
 # then the core pytest session (the longest job: it starts first). Lane two, one after the other: the docs,
 # the docs' snippets, the core-only venv and its tests (the install a user gets), the Isaac Lab venv and tests/isaac_lab, the Docker tests (an image build: mostly waiting on downloads), the
-# core's long slices (fuzzers, faults, soak, and --out reuse and remote policies, moved off lane one to keep it
-# under 40 minutes: a session of their own), the mjlab venv and tests/mj_lab, the
+# core's long slices (fuzzers, faults, soak, and --out reuse, remote policies, the Ray chaos test and the --workers
+# sweeps, moved off lane one to keep it under 40 minutes: a session of their own), the mjlab venv and tests/mj_lab, the
 # ManiSkill3 venv and tests/maniskill. The Slurm tests stay in the core session: their jobs run `ray start
 # --head` on this machine. Progress lines interleave in the log; each session prints its own summary, and CI
 # prints each lane's wall time.
 DOCKER_TESTS := tests/test_docker.py
 LONG_TESTS := tests/test_fuzz.py tests/test_fuzz_server.py tests/test_server_hardening.py tests/test_remote_steps.py tests/test_faults.py tests/test_soak.py tests/test_out_reuse.py tests/test_remote_policy.py \
-	tests/test_serve_pixels.py
+	tests/test_serve_pixels.py tests/test_ray_chaos.py tests/test_sweep.py
 # Every Python block and launcher command of README.md and docs/*.md (Sybil; docs/development.md, "The documentation").
 DOCS_TESTS := tests/test_docs_snippets.py
 # The core-only install's commands, with .venv-core's Python (make test-core-install).
