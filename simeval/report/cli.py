@@ -158,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         "gap to the leader over looks) to FILE"
     )  # fmt: skip
     args = parser.parse_args(argv)
-    if len(args.runs) == 1 and not args.reference and is_selection(args.runs[0]):
+    try:
+        selection = len(args.runs) == 1 and not args.reference and is_selection(args.runs[0])
+    except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:  # a linked file, an endless line
+        print(f"simeval-report: error: {shown(exc)}", file=sys.stderr)
+        return 2
+    if selection:
         return _selection(args.runs[0], args.html)
     if args.html:
         print("simeval-report: error: --html is for a --select-best run (compare RUN_A RUN_B has its own).",
