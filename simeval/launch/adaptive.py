@@ -236,14 +236,7 @@ def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]
                 f"(a partial wave costs a whole one); --look-every {n * max(1, every // n)} uses them all.",
                 flush=True,
             )
-        if budget < every:
-            raise ConfigError(f"{env}: {given} ({budget}) < --look-every {every}: the budget must hold one look.")
-        if budget % every:
-            low, high = budget // every * every, (budget // every + 1) * every
-            raise ConfigError(
-                f"{env}: {given} ({budget}) is not a multiple of the look ({every} episodes): give "
-                f"--max-episodes {low or high} or {high}."
-            )
+        check_look_budget(budget, every, given, f"{env}: ")
         if budget // every > LOOK_STRIDE:
             raise ConfigError(f"{env}: {budget // every} looks are more than look seeds cover ({LOOK_STRIDE}).")
         plans[env] = LookPlan(
@@ -258,6 +251,18 @@ def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]
             design=cfg.design,
         )
     return plans
+
+
+def check_look_budget(budget: int, every: int, given: str, where: str = "") -> None:
+    """A one-line ConfigError (``where`` its prefix) unless the budget ``given`` holds whole looks of ``every``."""
+    if budget < every:
+        raise ConfigError(f"{where}{given} ({budget}) < --look-every {every}: the budget must hold one look.")
+    if budget % every:
+        low, high = budget // every * every, (budget // every + 1) * every
+        raise ConfigError(
+            f"{where}{given} ({budget}) is not a multiple of the look ({every} episodes): give "
+            f"--max-episodes {low or high} or {high}."
+        )
 
 
 def shared_resets(sim: Simulator) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints import load_checkpoint
+from simeval.launch.adaptive import check_look_budget
 from simeval.launch.cells import Nominal
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.scheduler import Scheduler, reached
@@ -86,14 +87,7 @@ def plan_of(cfg: LaunchConfig) -> SelectionPlan:
     given = "--max-episodes" if cfg.max_episodes else "--episodes"
     if cfg.seed is None:
         raise ConfigError("--select-best plays every checkpoint on the same seeded episodes: give --seed.")
-    if budget < every:
-        raise ConfigError(f"{given} ({budget}) < --look-every {every}: the budget must hold one look.")
-    if budget % every:
-        low, high = budget // every * every, (budget // every + 1) * every
-        raise ConfigError(
-            f"{given} ({budget}) is not a multiple of the look ({every} episodes): give --max-episodes "
-            f"{low or high} or {high}."
-        )
+    check_look_budget(budget, every, given)
     many = len(cfg.checkpoints) if not cfg.watch else None
     return SelectionPlan(every, budget, float(cfg.margin), float(cfg.alpha), many, int(cfg.seed))
 
