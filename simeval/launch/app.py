@@ -159,7 +159,7 @@ def _watch(run: Run) -> int:
 def _select_best(run: Run) -> int:
     from simeval.launch.select_best import run_select_best  # the selection's statistics: NumPy
 
-    return run_select_best(run.session, run.log)
+    return run_select_best(run.session, run.log, run.suite)
 
 
 MODES: dict[str, Callable[[Run], int]] = {

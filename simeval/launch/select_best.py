@@ -9,6 +9,15 @@ round of ``--look-every`` episodes (default ``--num-envs``) per checkpoint on th
 (``look``, ``selection``), and a final ``status: "selection"`` line with the result. The same
 command resumes: the lines are replayed through the strategy (a results directory holds one
 selection run; lines of another plan refuse the resume in one line).
+
+With ``--suite F`` a checkpoint's score is the suite's aggregate (``report compare``'s ``*`` row):
+at look ``L`` each checkpoint plays one round per cell, on the cell's look seed (``look_seed(task
+seed, L)``, the same for every checkpoint), and episode ``i``'s score is the mean over the cells of
+its return normalised by the cell's task ``reference`` (``(x - low) / (high - low)``). Every task
+must declare ``reference``; ``--margin`` is then a fraction of the reference width. Each round is
+one line, the suite cell line's fields (``task``, ``condition``, ...) with ``look`` and
+``selection``. When every task declares ``bounds``, the aggregate's (normalised) bounds give the
+betting sequences; otherwise the t-mixture ones.
 """
 
 from __future__ import annotations
@@ -18,17 +27,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.checkpoints import load_checkpoint
-from simeval.launch.adaptive import check_look_budget
+from simeval.conditions import LOOK_STRIDE
+from simeval.envs.simulators import simulator_for
+from simeval.launch.adaptive import LookCell, check_look_budget, shared_resets
 from simeval.launch.cells import Nominal
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.scheduler import Scheduler, reached
 from simeval.launch.sources import CheckpointSource, Watcher, check_watch_dir
+from simeval.launch.suite_run import SuiteCell
 from simeval.strategies import SelectionPlan, SelectionStrategy
+from simeval.strategies.selection import SuiteScore, aggregate_bounds
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
     from simeval.launch.results import ResultsLog
     from simeval.launch.session import Session
+    from simeval.launch.suite import Suite
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,16 @@ class SelectCell(Nominal):
         return f"checkpoint {name} look {self.look}"
 
 
+@dataclass(frozen=True)
+class SuiteSelectCell(LookCell):
+    """Look ``look`` of a ``--suite`` selection run on one cell: the suite cell with the look's episodes and seed."""
+
+    def check(self, result: dict) -> None:
+        """A :class:`~simeval.launch.cells.BoundsError` naming the cell and the episode for a return outside the
+        task's declared bounds."""
+        self.base.check(result)
+
+
 class Several:
     """A source of the repeated ``--checkpoint``s, in the order given."""
 
@@ -76,12 +100,11 @@ class Several:
         return []
 
 
-def plan_of(cfg: LaunchConfig) -> SelectionPlan:
-    """The run's selection plan from its flags; a one-line ConfigError for a look or budget that cannot be played."""
-    if cfg.suite:
-        raise ConfigError(
-            "--select-best chooses on one task for now: leave --suite out (a suite's aggregate score is not wired yet)."
-        )
+def plan_of(cfg: LaunchConfig, suite: Suite | None = None) -> SelectionPlan:
+    """The run's selection plan from its flags (and ``--suite``'s file); a one-line ConfigError for a look or budget
+    that cannot be played, or a suite task without ``reference``."""
+    if suite is not None:
+        return _suite_plan(cfg, suite)
     every = cfg.look_every or cfg.num_envs
     budget = cfg.max_episodes or cfg.episodes
     given = "--max-episodes" if cfg.max_episodes else "--episodes"
@@ -92,11 +115,65 @@ def plan_of(cfg: LaunchConfig) -> SelectionPlan:
     return SelectionPlan(every, budget, float(cfg.margin), float(cfg.alpha), many, int(cfg.seed))
 
 
-def run_select_best(session: Session, log: ResultsLog) -> int:
-    """``--select-best`` into ``log``'s directory, resuming what is there; exit 0."""
+def _suite_plan(cfg: LaunchConfig, suite: Suite) -> SelectionPlan:
+    """The plan of a ``--suite`` selection: every cell of the suite, scored on the tasks' references."""
+    where = f"--select-best --suite {cfg.suite}"
+    for task in suite.tasks:
+        if task.reference is None:
+            raise ConfigError(
+                f"{where}: task {task.env} declares no reference: a checkpoint's score is the suite's aggregate, "
+                "each task normalised by its reference; add reference: {low: <an untrained score>, high: <an "
+                "expert score>} to every task."
+            )
+    every = cfg.look_every
+    if every is None:
+        sizes = sorted({t.num_envs for t in suite.tasks})
+        if len(sizes) > 1:
+            raise ConfigError(
+                f"{where}: the tasks' num_envs differ ({', '.join(map(str, sizes))}) and every round of a look "
+                "plays the look's episodes: give --look-every."
+            )
+        every = sizes[0]
+    budget, given = cfg.max_episodes, "--max-episodes"
+    if budget is None:
+        sizes = sorted({t.episodes for t in suite.tasks})
+        if len(sizes) > 1:
+            raise ConfigError(
+                f"{where}: the tasks' episodes differ ({', '.join(map(str, sizes))}): give --max-episodes "
+                "(the most episodes per cell and checkpoint)."
+            )
+        budget, given = sizes[0], "the suite's episodes"
+    check_look_budget(budget, every, given)
+    if budget // every > LOOK_STRIDE:
+        raise ConfigError(f"{where}: {budget // every} looks are more than look seeds cover ({LOOK_STRIDE}).")
+    for task in suite.tasks:
+        sim = simulator_for(task.env, cfg.env_backend)
+        if shared_resets(sim) and every != task.num_envs:
+            raise ConfigError(
+                f"{where}: {task.env}: --look-every {every} must equal the task's num_envs {task.num_envs}: "
+                f"{sim.title} draws reset states from one generator shared by its sub-envs."
+            )
+    cells = tuple(
+        SuiteScore(c.task.env, c.condition_name, c.task.seed, c.task.reference, c.task.bounds)  # type: ignore[arg-type]
+        for c in suite.cells()
+    )
+    many = len(cfg.checkpoints) if not cfg.watch else None
+    return SelectionPlan(
+        every, budget, float(cfg.margin), float(cfg.alpha), many, 0, aggregate_bounds(cells), suite.name, cells
+    )
+
+
+def run_select_best(session: Session, log: ResultsLog, suite: Suite | None = None) -> int:
+    """``--select-best`` (on ``suite``'s aggregate, when given) into ``log``'s directory, resuming what is there;
+    exit 0."""
     cfg = session.cfg
-    plan = plan_of(cfg)
-    strategy = SelectionStrategy(plan, lambda look, seed: SelectCell(look=look, episodes=plan.look_every, seed=seed))
+    plan = plan_of(cfg, suite)
+    if suite is None:
+        cell_at: Any = lambda look, seed, c: SelectCell(look=look, episodes=plan.look_every, seed=seed)  # noqa: E731
+    else:
+        cells = [SuiteCell(c, suite.name) for c in suite.cells()]
+        cell_at = lambda look, seed, c: SuiteSelectCell(cells[c], look, plan.look_every, seed)  # noqa: E731
+    strategy = SelectionStrategy(plan, cell_at)
     records = list(log.records())
     _check_ours(records, plan, log.path)
     found = strategy.replay({"": records})
@@ -105,9 +182,11 @@ def run_select_best(session: Session, log: ResultsLog) -> int:
     if found.looks:
         print(f"resuming: {found.looks} round(s) already in {log.path}.", flush=True)
     who = f"the checkpoints in {cfg.watch}" if cfg.watch else f"{len(cfg.checkpoints)} checkpoints"
+    on = "" if suite is None else f" on suite {suite.name}'s aggregate ({len(plan.cells)} cell(s))"
+    per = "" if suite is None else " and cell"
     print(
-        f"select-best among {who}: looks of {plan.look_every} episode(s), at most {plan.max_episodes} per "
-        f"checkpoint, margin {plan.margin:g}, alpha {plan.alpha:g}",
+        f"select-best among {who}{on}: looks of {plan.look_every} episode(s), at most {plan.max_episodes} per "
+        f"checkpoint{per}, margin {plan.margin:g}{plan.units_note}, alpha {plan.alpha:g}",
         flush=True,
     )
     unreadable = {  # files a resume does not read again (unless --retry-failed); an unsettled one it does

@@ -38,7 +38,8 @@ def replay_selection(out_dir: str) -> SelectionStrategy:
     data = next((r["selection"] for r in records if isinstance(r.get("selection"), dict)), None)
     if data is None:
         raise ValueError(f"{out_dir}: no --select-best line in results.jsonl.")
-    strategy = SelectionStrategy(SelectionPlan.from_data(data), lambda look, seed: SimpleNamespace(key=(look,)))
+    plan = SelectionPlan.from_data(data)
+    strategy = SelectionStrategy(plan, lambda look, seed, c: SimpleNamespace(key=(*plan.units[c][0], look)))
     strategy.replay({"": records})
     return strategy
 
@@ -70,7 +71,8 @@ def gaps_png(strategy: SelectionStrategy) -> str:
             ax.axhline(-strategy.plan.margin, color="grey", linestyle="--", linewidth=0.8, label="-margin")
         ax.set_xlabel("look")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_ylabel("gap to the leader (mean - leader's)")
+        units = "" if strategy.plan.suite is None else ", normalised"
+        ax.set_ylabel(f"gap to the leader (mean - leader's{units})")
         ax.legend(fontsize=7, loc="lower left")
         fig.tight_layout()
         return _png(fig)

@@ -36,6 +36,59 @@ from simeval.strategies.looks import in_order_of
 
 
 @dataclass(frozen=True)
+class SuiteScore:
+    """One cell of a ``--suite`` selection: its task and condition, the task's seed (look ``L`` plays
+    ``look_seed(seed, L)``) and ``reference`` (the untrained and the expert score the cell's returns are normalised
+    by), and its declared bounds on one episode's return (or None)."""
+
+    task: str
+    condition: str
+    seed: int
+    reference: tuple[float, float]
+    bounds: tuple[float, float] | None = None
+
+    def as_data(self) -> dict[str, Any]:
+        """The cell as a line records it."""
+        out: dict[str, Any] = {"task": self.task, "condition": self.condition, "seed": self.seed,
+                               "reference": list(self.reference)}  # fmt: skip
+        if self.bounds is not None:
+            out["bounds"] = list(self.bounds)
+        return out
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> SuiteScore:
+        """The cell a line recorded (:meth:`as_data`)."""
+        ref, bounds = data["reference"], data.get("bounds")
+        return cls(
+            str(data["task"]), str(data["condition"]), int(data["seed"]), (float(ref[0]), float(ref[1])),
+            None if bounds is None else (float(bounds[0]), float(bounds[1])),
+        )  # fmt: skip
+
+
+def normalised(values: list[float], reference: tuple[float, float]) -> list[float]:
+    """``values`` in the cell's reference units: ``(x - low) / (high - low)`` (:func:`simeval.stats.normalized`)."""
+    from simeval.stats import normalized
+
+    return [float(v) for v in normalized(values, *reference)]
+
+
+def aggregate(columns: list[list[float]], cells: tuple[SuiteScore, ...]) -> list[float]:
+    """The suite's aggregate per episode index: for episode ``i``, the mean over cells of the cell's ``i``-th
+    return normalised by its reference (the ``*`` row's units). Each mean is an exact sum (``math.fsum``), so that
+    values within the cells' bounds stay within :func:`aggregate_bounds`."""
+    scaled = [normalised(col, cell.reference) for col, cell in zip(columns, cells, strict=True)]
+    return [math.fsum(row) / len(cells) for row in zip(*scaled, strict=True)]
+
+
+def aggregate_bounds(cells: tuple[SuiteScore, ...]) -> tuple[float, float] | None:
+    """The bounds of :func:`aggregate` when every cell declares bounds (each normalised, then averaged); else None."""
+    if not cells or any(c.bounds is None for c in cells):
+        return None
+    ends = [sorted(normalised(list(c.bounds), c.reference)) for c in cells]  # type: ignore[arg-type]
+    return (math.fsum(e[0] for e in ends) / len(cells), math.fsum(e[1] for e in ends) / len(cells))
+
+
+@dataclass(frozen=True)
 class SelectionPlan:
     """What a selection run is asked: its looks, budget, margin, error and (a list of checkpoints) its arms."""
 
@@ -47,11 +100,18 @@ class SelectionPlan:
     """The number of ``--checkpoint``s (the whole alpha over them); None: open-ended (``--watch``)."""
     seed: int = 0
     bounds: tuple[float, float] | None = None
+    """On one episode's score (with a suite: the aggregate's, when every task declares bounds)."""
+    suite: str | None = None
+    """The suite's name (``--suite``): a checkpoint's score is then the suite's aggregate over :attr:`cells`."""
+    cells: tuple[SuiteScore, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
-        """The plan as a line records it."""
+        """The plan as a line records it (a suite's name and cells only with a suite)."""
         data = asdict(self)
         data["bounds"] = None if self.bounds is None else list(self.bounds)
+        del data["suite"], data["cells"]
+        if self.suite is not None:
+            data.update(suite=self.suite, cells=[c.as_data() for c in self.cells])
         return {"rule": "select-best", **data}
 
     @classmethod
@@ -62,7 +122,21 @@ class SelectionPlan:
             int(data["look_every"]), int(data["max_episodes"]), float(data.get("margin", 0.0)),
             float(data.get("alpha", 0.05)), data.get("max_arms"), int(data.get("seed", 0)),
             None if bounds is None else (float(bounds[0]), float(bounds[1])),
+            data.get("suite"), tuple(SuiteScore.from_data(c) for c in data.get("cells") or ()),
         )  # fmt: skip
+
+    @property
+    def units(self) -> list[tuple[tuple, int]]:
+        """Each round of a look an arm plays: (its cell's key, the seed its look seeds derive from). One round of
+        the run's seed (key ``()``) without a suite; one per cell with one (key ``(task, condition)``)."""
+        if self.suite is None:
+            return [((), self.seed)]
+        return [((c.task, c.condition), c.seed) for c in self.cells]
+
+    @property
+    def units_note(self) -> str:
+        """How the scores are measured, for messages: ``""``, or the suite's normalised units."""
+        return "" if self.suite is None else " (normalised: a fraction of the reference width)"
 
     @property
     def looks(self) -> int:
@@ -80,9 +154,10 @@ class Arm:
     ck: Any = None
     """The checkpoint (None until the source gives it, on a replay)."""
     step: int | None = None
-    values: dict[int, list[float]] = field(default_factory=dict)
-    seeds: dict[int, list[int] | None] = field(default_factory=dict)
-    queued: set[int] = field(default_factory=set)
+    values: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    """Its rounds' returns by (look, cell): cell 0 alone without a suite."""
+    seeds: dict[tuple[int, int], list[int] | None] = field(default_factory=dict)
+    queued: set[tuple[int, int]] = field(default_factory=set)
     arrived: int = 0
     """The look being played when it came in: it joins the selection when that look is decided."""
     joined: bool = False
@@ -104,7 +179,8 @@ class LookRecord:
 class SelectionStrategy(Strategy):
     """Successive elimination over the checkpoints a source gives, look by look (see the module docstring).
 
-    ``cell_at(look, seed)``: the launcher's cell for a look's round (its ``key`` ends with the look).
+    ``cell_at(look, seed, cell)``: the launcher's cell for a look's round on the plan's ``cell``-th unit
+    (:attr:`SelectionPlan.units`; its ``key`` ends with the look).
     """
 
     name: ClassVar[str] = "select-best"
@@ -112,7 +188,9 @@ class SelectionStrategy(Strategy):
     backlog: bool = True
     keep_going: bool = False
 
-    def __init__(self, plan: SelectionPlan, cell_at: Callable[[int, int], Any], deterministic: bool = False) -> None:
+    def __init__(
+        self, plan: SelectionPlan, cell_at: Callable[[int, int, int], Any], deterministic: bool = False
+    ) -> None:
         self.plan, self.cell_at, self.deterministic = plan, cell_at, deterministic
         self.arms: list[Arm] = []
         self.sel: Any = None  # the SequentialSelection, built when look 0 is decided
@@ -140,11 +218,16 @@ class SelectionStrategy(Strategy):
             return False
         return not arm.joined or arm.index in self.sel.alive
 
-    def _needs(self, arm: Arm) -> list[int]:
+    def _needs(self, arm: Arm) -> list[tuple[int, int]]:
         if not self.alive(arm):
             return []
         looks = [self.look] if arm.joined else range(self.look + 1)
-        return [look for look in looks if look not in arm.values and look not in arm.queued]
+        rounds = [(look, c) for look in looks for c in range(len(self.plan.units))]
+        return [r for r in rounds if r not in arm.values and r not in arm.queued]
+
+    def _played(self, arm: Arm, look: int) -> bool:
+        """Whether every round of ``look`` of ``arm`` (one per cell) is in."""
+        return all((look, c) in arm.values for c in range(len(self.plan.units)))
 
     # ------------------------------------------------------------------------------------------ the seam
 
@@ -166,22 +249,30 @@ class SelectionStrategy(Strategy):
         for arm in self.arms:
             if arm.ck is None:
                 continue
-            for look in self._needs(arm):
-                seed = look_seed(self.plan.seed, look)
-                jobs.append(Job(arm.ck, self.cell_at(look, seed), arm.name, "", look, seed, arm))
-                arm.queued.add(look)
+            for look, c in self._needs(arm):
+                seed = look_seed(self.plan.units[c][1], look)
+                jobs.append(Job(arm.ck, self.cell_at(look, seed, c), arm.name, "", look, seed, (arm, c)))
+                arm.queued.add((look, c))
         return jobs
 
     def observe(self, job: Job, result: Mapping[str, Any], seconds: float = 0.0, slot: Any = None) -> Step:
-        """The round's line now; the look is decided once every arm in the selection has played it."""
-        arm: Arm = job.owner
+        """The round's line now; the look is decided once every arm in the selection has played it (every cell)."""
+        arm, c = job.owner
+        check = getattr(job.cell, "check", None)  # a suite task's declared bounds (a replayed line was checked)
+        try:
+            if check is not None:
+                check(result)
+        except ValueError as exc:
+            return self.failed(job, exc)
         returns, seeds, _ = values_of(result)
         if len(returns) != self.plan.look_every or not all(map(math.isfinite, returns)):
+            where = "" if self.plan.suite is None else " {} / {}".format(*self.plan.units[c][0])
             return self.failed(job, EpisodeError(
-                f"{arm.name} look {job.look}: {len(returns)} finite episode return(s) of {self.plan.look_every}."
+                f"{arm.name}{where} look {job.look}: {len(returns)} finite episode return(s) of "
+                f"{self.plan.look_every} (every round of a look plays the look's episodes)."
             ))  # fmt: skip
-        arm.values[job.look], arm.seeds[job.look] = returns, seeds
-        arm.queued.discard(job.look)
+        arm.values[job.look, c], arm.seeds[job.look, c] = returns, seeds
+        arm.queued.discard((job.look, c))
         fields = {"look": job.look, "selection": {**self.plan.as_data(), "arm": arm.index, "arrived": arm.arrived}}
         writes = [Write(job, dict(result), seconds, slot, fields=fields)]
         try:
@@ -193,7 +284,7 @@ class SelectionStrategy(Strategy):
     def failed(self, job: Job, error: BaseException) -> Step:
         """A round that could not be evaluated: its failed line, and the run's error (:attr:`keep_going` False: a
         resume evaluates it again)."""
-        job.owner.queued.discard(job.look)
+        job.owner[0].queued.discard((job.look, job.owner[1]))
         return Step(failures=[Failure(job, error, {"look": job.look})])
 
     @property
@@ -210,7 +301,7 @@ class SelectionStrategy(Strategy):
             look = self.look
             members = [a for a in self.arms if self.alive(a)]
             ready = members and all(
-                look in a.values and (a.joined or all(k in a.values for k in range(look))) for a in members
+                self._played(a, look) and (a.joined or all(self._played(a, k) for k in range(look))) for a in members
             )
             if not ready:
                 break
@@ -226,7 +317,7 @@ class SelectionStrategy(Strategy):
         name = f"look {look}"
 
         def ordered(arm: Arm, k: int) -> list[float]:
-            return in_order_of(first.seeds.get(k), arm.seeds.get(k), arm.values[k], f"{arm.name} {name}")
+            return self.scores(arm, k, first)
 
         try:
             if self.sel is None:  # its t-mixture tuned for the budget, where the close calls are decided
@@ -253,19 +344,43 @@ class SelectionStrategy(Strategy):
         for index, e in self.sel.eliminated.items():
             if e.look == look + 1:  # eliminated at this look: its last interval is the one that did it
                 gaps[index] = (-e.high, -e.low)
-        means = {a.index: float(np.mean([v for k in range(look + 1) for v in a.values[k]])) for a in members}
+        means = {a.index: float(np.mean([v for k in range(look + 1) for v in self.scores(a, k)])) for a in members}
         self.history.append(LookRecord(look, self.sel.n, self.sel.best, means, gaps))
         if self.stop is None:
             self.look += 1
         return self.progress(self.history[-1])
 
+    def scores(self, arm: Arm, look: int, first: Arm | None = None) -> list[float]:
+        """``arm``'s per-episode scores at ``look``, its episodes in ``first``'s seed order (default its own): its
+        returns, or with a suite the aggregate (:func:`aggregate`) of its cells' rounds.
+
+        Raises:
+            ValueError: ``arm`` and ``first`` ran other episodes (the message names the checkpoint, look and cell).
+        """
+        columns = []
+        for c, (key, _) in enumerate(self.plan.units):
+            where = "" if not key else " {} / {}".format(*key)
+            if first is None or first is arm:
+                columns.append(list(arm.values[look, c]))
+                continue
+            columns.append(in_order_of(
+                first.seeds.get((look, c)), arm.seeds.get((look, c)), arm.values[look, c],
+                f"{arm.name}{where} look {look}",
+            ))  # fmt: skip
+        return columns[0] if self.plan.suite is None else aggregate(columns, self.plan.cells)
+
     # ------------------------------------------------------------------------------------------ replay
 
     def replay(self, lines: Mapping[str, list[dict]], retry_failed: bool = False) -> Replayed:
         """Rebuild the selection from a run's lines: each arm in its recorded order, its rounds through
-        :meth:`observe` (the newest line of each (checkpoint, look) counts), look by look."""
+        :meth:`observe` (the newest line of each (checkpoint, look, cell) counts), look by look."""
         records = [r for r in lines.get("", []) if r.get("status") == "ok" and isinstance(r.get("selection"), dict)]
-        newest = {(r["checkpoint_name"], int(r["look"])): r for r in records}
+        cells = {key: c for c, (key, _) in enumerate(self.plan.units)}
+        newest = {}
+        for r in records:
+            key = (r.get("task"), r.get("condition")) if self.plan.suite is not None else ()
+            if key in cells:
+                newest[r["checkpoint_name"], int(r["look"]), cells[key]] = r
         names = {
             int(r["selection"]["arm"]): (r["checkpoint_name"], r.get("step"), int(r["selection"].get("arrived", 0)))
             for r in newest.values()
@@ -276,13 +391,13 @@ class SelectionStrategy(Strategy):
                 break  # an arm whose predecessor left no line: the rest is evaluated again
             name, step, arrived = names[index]
             self.arms.append(Arm(name, index, step=step, arrived=arrived))
-        by_look = sorted(newest.items(), key=lambda kv: (kv[0][1], kv[1]["selection"]["arm"]))
-        for (name, look), record in by_look:
+        by_look = sorted(newest.items(), key=lambda kv: (kv[0][1], kv[1]["selection"]["arm"], kv[0][2]))
+        for (name, look, c), record in by_look:
             arm = next((a for a in self.arms if a.name == name), None)
             if arm is None or self.stop is not None:
                 continue
-            seed = look_seed(self.plan.seed, look)
-            self.observe(Job(None, self.cell_at(look, seed), name, "", look, seed, arm), record)
+            seed = look_seed(self.plan.units[c][1], look)
+            self.observe(Job(None, self.cell_at(look, seed, c), name, "", look, seed, (arm, c)), record)
             found.looks += 1
         found.stopped = int(self.stop is not None)
         return found
@@ -294,19 +409,26 @@ class SelectionStrategy(Strategy):
         leader = self.arms[rec.leader].name
         left = len(self.sel.alive) if rec is self.history[-1] else len(rec.gaps)
         then = f"stop ({self.stop})" if self.stop else "next look"
+        each, digits = ("each", 2) if self.plan.suite is None else (f"each on {len(self.plan.cells)} cell(s)", 3)
+        score = "" if self.plan.suite is None else " normalised"
         return (
-            f"look {rec.look}: {rec.episodes} episodes each, leader {leader} ({rec.means[rec.leader]:.2f}), "
-            f"{left} of {len(self.arms)} checkpoint(s) left: {then}"
+            f"look {rec.look}: {rec.episodes} episodes {each}, leader {leader} ({rec.means[rec.leader]:.{digits}f}"
+            f"{score}), {left} of {len(self.arms)} checkpoint(s) left: {then}"
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """Each arm's row of the selection table: name, step, episodes, mean, gap to the leader, outcome."""
+        """Each arm's row of the selection table: name, step, episodes, mean, gap to the leader, outcome.
+
+        With a suite, ``episodes`` counts each cell's (the aggregate's) and ``mean`` is the aggregate's over the
+        looks whose every cell is in, in normalised units."""
         import numpy as np
 
         sel, out = self.sel, []
         for arm in self.arms:
-            n = sum(len(v) for v in arm.values.values())
-            mean = float(np.mean([x for v in arm.values.values() for x in v])) if n else math.nan
+            looks = sorted({k for k, _ in arm.values if self._played(arm, k)})
+            played = [x for k in looks for x in self.scores(arm, k)]
+            n = len(played)
+            mean = float(np.mean(played)) if n else math.nan
             row: dict[str, Any] = {"checkpoint": arm.name, "step": arm.step, "episodes": n, "mean": mean}
             if sel is None or not arm.joined:
                 row.update(gap=None, outcome="not decided")
@@ -320,6 +442,8 @@ class SelectionStrategy(Strategy):
                     row["outcome"] = "chosen"
                 elif self.stop == "within margin":
                     row["outcome"] = f"equivalent within {self.plan.margin:g}"
+                    if self.plan.suite is not None:
+                        row["outcome"] += " (normalised)"
                 else:
                     row["outcome"] = "leader" if arm.index == sel.best else "alive"
             out.append(row)
@@ -335,7 +459,8 @@ class SelectionStrategy(Strategy):
         if self.stop == "one left":
             return f"chosen: {name(sel.best)} (every other checkpoint was shown worse)."
         if self.stop == "within margin":
-            return f"chosen: {name(sel.best)}, equivalent within {self.plan.margin:g} to {others}."
+            within = f"{self.plan.margin:g}{self.plan.units_note}"
+            return f"chosen: {name(sel.best)}, equivalent within {within} to {others}."
         state = "budget spent" if self.stop == "budget" else "still running"
         alive = ", ".join(name(a) for a in sel.alive)
         return f"{state}: not separated: {alive} (the best is among them); {name(sel.best)} leads."
@@ -343,22 +468,33 @@ class SelectionStrategy(Strategy):
     def table(self) -> str:
         """The selection table, the result line, and the episodes used against a fixed sweep's."""
         rows = self.rows()
+        suite = self.plan.suite is not None
+        digits, mean_head, mw = (3, "norm. mean", 10) if suite else (2, "mean", 9)
         width = max([len("checkpoint")] + [len(r["checkpoint"]) for r in rows])
         gap_head = "gap to leader [low, high]"
-        lines = [f"{'checkpoint':<{width}}  {'step':>10}  {'episodes':>8}  {'mean':>9}  {gap_head:<27}  outcome"]
+        lines = []
+        if suite:
+            lines.append(
+                f"suite {self.plan.suite}: each checkpoint's score is the aggregate of {len(self.plan.cells)} cell(s), "
+                "normalised by each task's reference (0: low, 1: high); means, gaps and the margin in those units"
+            )
+        lines.append(
+            f"{'checkpoint':<{width}}  {'step':>10}  {'episodes':>8}  {mean_head:>{mw}}  {gap_head:<27}  outcome"
+        )
         for r in rows:
-            gap = "-" if r["gap"] is None else f"[{_num(r['gap'][0])}, {_num(r['gap'][1])}]"
+            gap = "-" if r["gap"] is None else f"[{_num(r['gap'][0], digits)}, {_num(r['gap'][1], digits)}]"
             step = "-" if r["step"] is None else str(r["step"])
             lines.append(
-                f"{r['checkpoint']:<{width}}  {step:>10}  {r['episodes']:>8}  {r['mean']:>9.2f}  {gap:<27}  "
+                f"{r['checkpoint']:<{width}}  {step:>10}  {r['episodes']:>8}  {r['mean']:>{mw}.{digits}f}  {gap:<27}  "
                 f"{r['outcome']}"
             )
         used = sum(r["episodes"] for r in rows)
         sweep = self.plan.max_episodes * len(rows)
         lines.append(self.describe())
         if sweep:
+            per = " per cell" if suite else ""
             lines.append(
-                f"episodes: {used} of the {sweep} a fixed sweep evaluates ({len(rows)} checkpoint(s) x "
+                f"episodes{per}: {used} of the {sweep} a fixed sweep evaluates ({len(rows)} checkpoint(s) x "
                 f"{self.plan.max_episodes}): {100 * used / sweep:.0f}%"
             )
         return "\n".join(lines)
@@ -382,10 +518,10 @@ class SelectionStrategy(Strategy):
         }  # fmt: skip
 
 
-def _num(value: float) -> str:
+def _num(value: float, digits: int = 2) -> str:
     if math.isinf(value):
         return "-inf" if value < 0 else "inf"
-    return f"{value:+.2f}"
+    return f"{value:+.{digits}f}"
 
 
 class SelectBest(StrategyKind):
