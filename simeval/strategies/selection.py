@@ -17,6 +17,12 @@ later plays every look already played (the same seeds) and joins at the next dec
 (:meth:`~simeval.stats.SequentialSelection.add_arm`); none joins once the selection stopped
 (:attr:`SelectionStrategy.accepting`).
 
+With a suite (:attr:`SelectionPlan.suite`, its :attr:`~SelectionPlan.cells`) an arm plays look
+``L`` as one round per cell, each on the cell's look seed (``look_seed`` of its task's seed), and
+its per-episode score is the suite's aggregate (:func:`aggregate`): for episode ``i``, the mean
+over the cells of the ``i``-th return (in the first arm's seed order) normalised by the cell's
+task ``reference``; the margin and the bounds (:func:`aggregate_bounds`) are in those units.
+
 Each round is one line, written when it is in: the ordinary line with ``look`` and
 ``selection`` (:meth:`SelectionPlan.as_data` and the arm's index). :meth:`replay` feeds the
 lines back through :meth:`observe`, so a resume and the report rebuild the selection by the
