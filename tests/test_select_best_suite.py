@@ -110,6 +110,11 @@ def test_the_same_command_again_evaluates_nothing_and_the_report_prints_the_tabl
     result = before[-1]["selection"]
     assert "suite pick" in table and "norm. mean" in table and "gap to leader" in table
     assert f"chosen: {result['chosen']}" in table and "eliminated at look" in table
+    page = os.path.join(out, "selection.html")
+    assert report([out, "--html", page]) == 0
+    with open(page) as f:
+        text = f.read()
+    assert "<th>mean (normalised)</th>" in text and 'id="gaps"' in text and result["chosen"] in text
 
 
 def test_a_resume_with_another_reference_is_refused_in_one_line(chosen, tmp_path, capsys):

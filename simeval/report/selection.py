@@ -7,6 +7,9 @@ was eliminated (at which look), chosen, or is still alive; then the result said 
 (chosen; chosen, equivalent within the margin; or, on the budget, the alive set and its leader).
 ``--html FILE`` writes a page with the table and the plot of each checkpoint's gap to the
 leader over the looks (:func:`gaps_png`).
+
+A ``--suite`` run's table is the same, one row per checkpoint, its means and gaps in the
+suite's normalised units (each cell's return normalised by its task's reference).
 """
 
 from __future__ import annotations
@@ -82,11 +85,13 @@ def html_page(strategy: SelectionStrategy) -> str:
     """The ``--html`` page of a selection run: one self-contained document (the table, the result, the plot)."""
     esc = html.escape
     rows = strategy.rows()
-    head = "".join(f"<th>{t}</th>" for t in ("checkpoint", "step", "episodes", "mean", "gap to leader", "outcome"))
+    suite = strategy.plan.suite is not None  # the suite's aggregate: normalised by the tasks' references
+    mean, d = ("mean (normalised)", 3) if suite else ("mean", 2)
+    head = "".join(f"<th>{t}</th>" for t in ("checkpoint", "step", "episodes", mean, "gap to leader", "outcome"))
     body = []
     for r in rows:
-        gap = "-" if r["gap"] is None else f"[{r['gap'][0]:+.2f}, {r['gap'][1]:+.2f}]"
-        cells = (r["checkpoint"], "-" if r["step"] is None else r["step"], r["episodes"], f"{r['mean']:.2f}", gap,
+        gap = "-" if r["gap"] is None else f"[{r['gap'][0]:+.{d}f}, {r['gap'][1]:+.{d}f}]"
+        cells = (r["checkpoint"], "-" if r["step"] is None else r["step"], r["episodes"], f"{r['mean']:.{d}f}", gap,
                  r["outcome"])  # fmt: skip
         body.append("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
     csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
