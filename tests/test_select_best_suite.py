@@ -127,13 +127,20 @@ def test_a_resume_with_another_reference_is_refused_in_one_line(chosen, tmp_path
     assert "holds a selection run with cells" in err and err.count("\n") == 1, err
 
 
-def test_a_task_without_reference_is_refused_in_one_line(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("", "task HalfCheetah-v5 declares no reference"),
+        ("    reference: {low: 100, high: 0}\n", "its reference 100..0 cannot normalise (high must exceed low)"),
+    ],
+)
+def test_a_task_without_a_usable_reference_is_refused_in_one_line(reference, message, tmp_path, capsys):
     suite = tmp_path / "s.yaml"
-    suite.write_text(SUITE.replace(f"    reference: {{low: {LOW}, high: {HIGH}}}\n", ""))
+    suite.write_text(SUITE.replace(f"    reference: {{low: {LOW}, high: {HIGH}}}\n", reference))
     argv = ["--select-best", "--checkpoint", EARLY, "--checkpoint", LATE, "--suite", str(suite)]
     assert main([*argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "task HalfCheetah-v5 declares no reference" in err and err.count("\n") == 1, err
+    assert message in err and err.count("\n") == 1, err
     assert not os.path.exists(tmp_path / "o" / "results.jsonl")
 
 

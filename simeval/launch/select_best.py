@@ -125,6 +125,12 @@ def _suite_plan(cfg: LaunchConfig, suite: Suite) -> SelectionPlan:
                 "each task normalised by its reference; add reference: {low: <an untrained score>, high: <an "
                 "expert score>} to every task."
             )
+        low, high = task.reference
+        if not high > low:
+            raise ConfigError(
+                f"{where}: task {task.env}: its reference {low:g}..{high:g} cannot normalise (high must exceed "
+                "low): fix the suite file."
+            )
     every = cfg.look_every
     if every is None:
         sizes = sorted({t.num_envs for t in suite.tasks})
