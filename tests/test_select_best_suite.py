@@ -155,3 +155,25 @@ def test_declared_bounds_give_the_aggregate_normalised_bounds():
     assert values == pytest.approx([(1.5 + 1.0) / 2, (0.0 + 0.5) / 2, (-0.5 + 0.0) / 2])
     low, high = aggregate_bounds(cells)
     assert low <= min(values) and max(values) <= high  # the extremes land on the bounds, not past them
+
+
+def test_a_run_killed_mid_look_resumes_the_missing_cell_rounds_only(chosen, tmp_path, capsys):
+    """The last look's last two cell rounds and the result line lost (a kill mid-look): the same command plays those
+    two rounds, on the same seeds, and comes to the same result."""
+    _, out, argv = chosen
+    lines = _lines(out)
+    kept = lines[:-3]
+    resumed = tmp_path / "out"
+    resumed.mkdir()
+    (resumed / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    capsys.readouterr()
+    assert main([*argv, "--out", str(resumed)]) == 0
+    assert f"resuming: {len(kept)} round(s)" in capsys.readouterr().out
+    again = _lines(resumed)
+    new = again[len(kept) : -1]
+    lost = {(r["checkpoint_name"], r["look"], r["condition"]): r["episode_seeds"] for r in lines[-3:-1]}
+    assert {(r["checkpoint_name"], r["look"], r["condition"]): r["episode_seeds"] for r in new} == lost
+    before, after = lines[-1]["selection"], again[-1]["selection"]
+    assert (after["stop"], after["chosen"], sorted(after["eliminated"])) == (
+        before["stop"], before["chosen"], sorted(before["eliminated"]),
+    )  # fmt: skip
