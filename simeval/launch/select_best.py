@@ -133,22 +133,19 @@ def _suite_plan(cfg: LaunchConfig, suite: Suite) -> SelectionPlan:
             )
     every = cfg.look_every
     if every is None:
-        sizes = sorted({t.num_envs for t in suite.tasks})
-        if len(sizes) > 1:
-            raise ConfigError(
-                f"{where}: the tasks' num_envs differ ({', '.join(map(str, sizes))}) and every round of a look "
-                "plays the look's episodes: give --look-every."
-            )
-        every = sizes[0]
+        every = _shared(
+            [t.num_envs for t in suite.tasks],
+            f"{where}: the tasks' num_envs differ ({{}}) and every round of a look plays the look's episodes: "
+            "give --look-every.",
+        )
     budget, given = cfg.max_episodes, "--max-episodes"
     if budget is None:
-        sizes = sorted({t.episodes for t in suite.tasks})
-        if len(sizes) > 1:
-            raise ConfigError(
-                f"{where}: the tasks' episodes differ ({', '.join(map(str, sizes))}): give --max-episodes "
-                "(the most episodes per cell and checkpoint)."
-            )
-        budget, given = sizes[0], "the suite's episodes"
+        budget = _shared(
+            [t.episodes for t in suite.tasks],
+            f"{where}: the tasks' episodes differ ({{}}): give --max-episodes (the most episodes per cell and "
+            "checkpoint).",
+        )
+        given = "the suite's episodes"
     check_look_budget(budget, every, given)
     if budget // every > LOOK_STRIDE:
         raise ConfigError(f"{where}: {budget // every} looks are more than look seeds cover ({LOOK_STRIDE}).")
@@ -234,3 +231,11 @@ def _check_ours(records: list[dict], plan: SelectionPlan, path: str) -> None:
                 f"{path} holds a selection run with {'; '.join(differ)}: resume with the same flags, or give "
                 "another --out."
             )
+
+
+def _shared(values: list[int], refusal: str) -> int:
+    """The one value every task has; a ConfigError ``refusal`` (``{}``: the values) when they differ."""
+    sizes = sorted(set(values))
+    if len(sizes) > 1:
+        raise ConfigError(refusal.format(", ".join(map(str, sizes))))
+    return sizes[0]
