@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simeval.metrics import PERCENTILE_METHOD, T_METHOD
 from simeval.stats.verdicts import SKEWED  # noqa: F401 - the reason a symmetric method withholds with
 
 
@@ -32,7 +33,7 @@ class Method:
 
 
 _ALL = (
-    Method("t", "Student's t-interval on the paired differences", True),
+    Method(T_METHOD, "Student's t-interval on the paired differences", True),
     Method("betting", "betting interval under the declared bounds (finite-sample)", False),
     Method(
         "t-mixture CS",
@@ -54,7 +55,7 @@ _ALL = (
         sequential=True,
     ),
     Method("mcnemar", "McNemar's exact test on success: the share of discordant episodes B won", False),
-    Method("percentile bootstrap", "percentile bootstrap of one checkpoint's mean", False),
+    Method(PERCENTILE_METHOD, "percentile bootstrap of one checkpoint's mean", False),
     Method("stratified bootstrap", "rliable's stratified percentile bootstrap across tasks", False),
 )
 METHODS: dict[str, Method] = {m.name: m for m in _ALL}
