@@ -90,6 +90,7 @@ def test_the_same_command_again_evaluates_nothing_and_the_report_prints_the_tabl
     [
         (["--suite", "s.yaml"], "task HalfCheetah-v5 declares no reference"),  # runs: tests/test_select_best_suite.py
         (["--look-every", "4", "--max-episodes", "10"], "--max-episodes (10) is not a multiple of the look"),
+        (["--look-every", "1", "--max-episodes", "65537"], "65537 looks are more than look seeds cover (65536)"),
     ],
 )
 def test_refusals_are_one_line(extra, message, tmp_path, capsys):

@@ -237,8 +237,6 @@ def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]
                 flush=True,
             )
         check_look_budget(budget, every, given, f"{env}: ")
-        if budget // every > LOOK_STRIDE:
-            raise ConfigError(f"{env}: {budget // every} looks are more than look seeds cover ({LOOK_STRIDE}).")
         plans[env] = LookPlan(
             cfg.adaptive,
             cfg.alpha,
@@ -254,7 +252,8 @@ def look_plans(cfg: LaunchConfig, cells: list[SuiteCell]) -> dict[str, LookPlan]
 
 
 def check_look_budget(budget: int, every: int, given: str, where: str = "") -> None:
-    """A one-line ConfigError (``where`` its prefix) unless the budget ``given`` holds whole looks of ``every``."""
+    """A one-line ConfigError (``where`` its prefix) unless the budget ``given`` holds whole looks of ``every``, no
+    more of them than look seeds cover (:data:`~simeval.conditions.LOOK_STRIDE`)."""
     if budget < every:
         raise ConfigError(f"{where}{given} ({budget}) < --look-every {every}: the budget must hold one look.")
     if budget % every:
@@ -263,6 +262,8 @@ def check_look_budget(budget: int, every: int, given: str, where: str = "") -> N
             f"{where}{given} ({budget}) is not a multiple of the look ({every} episodes): give "
             f"--max-episodes {low or high} or {high}."
         )
+    if budget // every > LOOK_STRIDE:
+        raise ConfigError(f"{where}{budget // every} looks are more than look seeds cover ({LOOK_STRIDE}).")
 
 
 def shared_resets(sim: Simulator) -> bool:
