@@ -1396,11 +1396,21 @@ class SelectionRun:
 
 
 def selection_run(
-    data: ArmsData, levels: np.ndarray, rng: np.random.Generator, cap: int, late: bool = False, plan_n: int = 16
+    data: ArmsData,
+    levels: np.ndarray,
+    rng: np.random.Generator,
+    cap: int,
+    late: bool = False,
+    plan_n: int = 16,
+    rest: bool = True,
+    planned: bool = False,
 ) -> SelectionRun:
     """Run :class:`simeval.stats.SequentialSelection` to a stop or ``cap`` episodes per arm. ``late``: two arms at
     the start and one more every other look, in training order (the best lands last), each replaying the looks
-    played before it on their seeds; the selection is then open-ended (no ``max_arms``)."""
+    played before it on their seeds; the selection is then open-ended (no ``max_arms``). Each look the active arms
+    play (an arm that rested first plays the looks it missed, on their seeds: counted); ``rest=False``: every
+    alive arm plays every look. ``planned``: a group-sequential design over the looks up to ``cap`` (``cap`` is then
+    its budget: fixed before the run)."""
     from simeval.stats import SequentialSelection
 
     arms = len(levels)
@@ -1408,11 +1418,19 @@ def selection_run(
     best = int(np.flatnonzero(mu == mu.max())[-1])
     margin = SELECTION_MARGIN * data.unit
     start = 2 if late and arms > 2 else arms
-    sel = SequentialSelection(start, CONFIDENCE, data.bounds, margin, max_arms=None if late else arms, plan_n=plan_n)
+    looks = tuple(range(SELECTION_LOOK, cap + 1, SELECTION_LOOK)) if planned else None
+    sel = SequentialSelection(
+        start, CONFIDENCE, data.bounds, margin, max_arms=None if late else arms, plan_n=plan_n, rest=rest, looks=looks
+    )
     history: list[np.ndarray] = []
     spent, episodes, stop, error, look = 0, [], None, False, 0
     while sel.n < cap:
         look += 1
+        for a in sel.active:
+            if sel.behind(a):
+                missed = np.concatenate(history[sel.looks_played(a) :])[:, a]
+                sel.catch_up(a, missed)
+                spent += len(missed)
         if late and sel.arms < arms and (sel.done or (look > 1 and look % 2 == 1)):
             past = np.concatenate(history)[:, sel.arms] if history else np.zeros(0)
             sel.add_arm(past)
@@ -1420,8 +1438,8 @@ def selection_run(
         x = data.draw(rng, SELECTION_LOOK, levels)
         history.append(x)
         shown = x[:, : sel.arms].copy()
-        shown[:, [a for a in range(sel.arms) if a not in sel.alive]] = np.nan
-        spent += SELECTION_LOOK * len(sel.alive)
+        shown[:, [a for a in range(sel.arms) if a not in sel.active]] = np.nan
+        spent += SELECTION_LOOK * len(sel.active)
         sel.update(shown)
         episodes.append(spent)
         if best in sel.eliminated:
@@ -1473,7 +1491,7 @@ def selection_row(
     runs = [selection_run(data, levels, rng, cap, late, plan_n) for _ in range(reps)]
     errors = float(np.mean([r.error for r in runs]))
     stops = np.array([r.stop if r.stop is not None else math.inf for r in runs])
-    row = [data.name, str(arms), spread, "yes" if late else "no", str(reps)]
+    row = [data.name, str(arms), spread, "yes" if late else "no", "anytime", str(reps)]
     row.append(rate(errors, reps, bad=errors > ALPHA + 2 * se(ALPHA, reps)))
     used = np.array([r.episodes[-1] for r in runs], dtype=np.float64)
     row.append(f"{np.mean(np.isfinite(stops)):.3f} by {cap}")
@@ -1495,11 +1513,44 @@ def selection_row(
     return row
 
 
+PLANNED_BUDGETS = (0.75, 1.0, 1.25, 1.5, 2.0, 3.0)  # a planned selection's budget, in sweeps' n per arm
+
+
+def planned_selection_row(data: ArmsData, arms: int, spread: str, reps: int, seed: int, late: bool = False) -> list:
+    """One row for planned looks (``looks=``): the budget is part of the design, so the row tries the budgets
+    :data:`PLANNED_BUDGETS` (times the sweep's n, in whole looks) and reports the smallest at which the selection
+    stops (one left or within margin) in :data:`SELECTION_POWER` of the runs: its error, and its episodes."""
+    levels = selection_levels(spread, arms)
+    n_sweep = sweep_n(data, levels, SELECTION_POWER, seed)
+    assert n_sweep is not None, "planned rows are for spreads with arms outside the margin"
+    for scale in PLANNED_BUDGETS:
+        budget = SELECTION_LOOK * math.ceil(scale * n_sweep / SELECTION_LOOK)
+        rng = rng_for(seed, "selection-planned", data.name, arms, spread, late, budget)
+        runs = [selection_run(data, levels, rng, budget, late, planned=True) for _ in range(reps)]
+        stopped = float(np.mean([r.stop is not None for r in runs]))
+        if stopped >= SELECTION_POWER:
+            break
+    errors = float(np.mean([r.error for r in runs]))
+    used = np.array([r.episodes[-1] for r in runs], dtype=np.float64)
+    share = used.mean() / (arms * n_sweep)
+    bad = arms == 8 and spread.startswith("training") and share > 0.5
+    return [
+        data.name, str(arms), spread, "yes" if late else "no", "planned", str(reps),
+        rate(errors, reps, bad=errors > ALPHA + 2 * se(ALPHA, reps)),
+        f"{stopped:.3f} by {budget} (the plan's budget)",
+        f"{n_sweep} x {arms} = {arms * n_sweep}",
+        f"{budget} ({stopped:.2f})",
+        f"{used.mean():.0f} (median {np.median(used):.0f})",
+        f"**{share:.0%}**" if bad else f"{share:.0%}",
+    ]  # fmt: skip
+
+
 SELECTION_HEADER = [
     "data",
     "arms",
     "spread",
     "arms join late",
+    "design",
     "reps",
     "error (best eliminated, or a choice outside the margin)",
     "stopped (one left, within margin) by the cap",
@@ -1525,8 +1576,11 @@ def selection_section(reps: int, seed: int, quick: bool = False) -> None:
     print("over the K - 1 gaps to the best (true sd, normal approximation, 20,000 draws) separate every arm")
     print(f"outside the margin with probability {SELECTION_POWER:g}; the selection's budget is the smallest at which")
     print(f"it stops (one left or within margin) in {SELECTION_POWER:g} of the runs (runs go on to a cap of six")
-    print("sweeps, the uncapped mean beside). Bold ratio: the target (<= 50% at K = 8 on a training spread)")
-    print("missed.\n")
+    print("sweeps, the uncapped mean beside). Arms settled within the margin of the leader rest until the leader")
+    print("changes, then play the looks they missed (counted). Planned rows (`looks=`, no bounds): a group-sequential")
+    print("design over the looks up to its budget, fixed before the run: the smallest of 0.75, 1, 1.25, 1.5, 2 and 3")
+    print(f"times the sweep's n at which it stops in {SELECTION_POWER:g} of the runs, every run's episodes counted to its")
+    print("stop or the budget. Bold ratio: the target (<= 50% at K = 8 on a training spread) missed.\n")
     rows = []
     ks = (2, 8) if quick else (2, 8, 32)
     for data in SELECTION_DATA:
@@ -1540,6 +1594,12 @@ def selection_section(reps: int, seed: int, quick: bool = False) -> None:
                 rows.append(selection_row(data, arms, spread, r, seed, plan_n=64))
                 print(f"_{data.name}, {arms}, {spread}: done_", file=sys.stderr, flush=True)
         rows.append(selection_row(data, 8, "training, gradual", reps, seed, late=True, plan_n=64))
+        if data.bounds is None:  # with bounds the betting sequences are kept either way
+            for arms in (8,) if quick else (8, 32):
+                for spread in ("training, steep", "training, gradual"):
+                    rows.append(planned_selection_row(data, arms, spread, reps, seed))
+                    print(f"_{data.name}, {arms}, {spread}, planned: done_", file=sys.stderr, flush=True)
+            rows.append(planned_selection_row(data, 8, "training, gradual", reps, seed, late=True))
     print(table(SELECTION_HEADER, rows))
 
 

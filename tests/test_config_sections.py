@@ -64,7 +64,6 @@ REFUSALS = [
     (SelectionSection, {"watch": "r", "select_best": True, "until_precise": "5"}, "leave --until-precise out"),
     (SelectionSection, {**TWO, "select_best": True, "baseline": "c.pt"}, "leave --baseline out"),
     (SelectionSection, {"backend": "ray", "serve": "ev", "select_best": True}, "leave --serve out"),
-    (SelectionSection, {"watch": "r", "select_best": True, "design": "planned"}, "leave --design planned out"),
     (SelectionSection, {"watch": "r", "select_best": True, "time_budget": 60.0}, "leave --time-budget out"),
     (SelectionSection, {"watch": "r", "select_best": True, "logger": "wandb"}, "leave --logger wandb out"),
     (SelectionSection, {**TWO, "select_best": True, "launcher": "docker", "image": "i"}, "--launcher local"),

@@ -186,3 +186,19 @@ def test_an_unreadable_file_under_watch_is_a_failed_line_and_the_run_still_resum
     assert main(argv) == 0, capsys.readouterr().err
     assert "resuming:" in capsys.readouterr().out
     assert [r["checkpoint_name"] for r in _lines(out) if r.get("status") == "failed"] == ["step_000600000.pt"]
+
+
+def test_a_planned_design_records_itself_and_a_resume_under_another_design_is_refused(tmp_path, capsys):
+    out = str(tmp_path / "planned")
+    argv = ["--select-best", "--checkpoint", EARLY, "--checkpoint", LATE, "--design", "planned", *TINY]
+    assert main([*argv, "--out", out]) == 0
+    assert "planned looks (group-sequential)" in capsys.readouterr().out
+    lines = _lines(out)
+    assert all(r["selection"]["design"] == "planned" for r in lines if "selection" in r)
+    assert lines[-1]["selection"]["chosen"] == "step_001001472.pt"
+    anytime = [a for a in argv if a not in ("--design", "planned")]
+    assert main([*anytime, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "holds a selection run with design 'planned' (now 'anytime')" in err and err.count("\n") == 1, err
+    assert main([*argv, "--out", out]) == 0  # the same flags: nothing left to evaluate
+    assert len(_lines(out)) == len(lines)

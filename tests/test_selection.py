@@ -284,3 +284,31 @@ def test_with_bounds_identical_differences_still_decide():
         if sel.done:
             break
     assert sel.reason == "one left" and sel.best == 1 and sel.eliminated[0].low > 0
+
+
+def test_planned_looks_give_each_pair_the_repeated_interval_of_a_group_sequential_design():
+    # The pair's interval at each planned look is GroupSequentialMean's on the pair's differences at the pair's level.
+    from simeval.stats.group_sequential import GroupSequentialMean
+
+    rng = np.random.default_rng(12)
+    x = rng.normal([0.0, 0.3, 0.5], 1.0, (24, 3))
+    plan = (4, 8, 12, 16, 20, 24)
+    sel = SequentialSelection(3, 0.95, max_arms=3, looks=plan, rest=False)
+    reference = GroupSequentialMean(1 - sel.pair_alpha(2), plan)
+    for k in range(6):
+        sel.update(x[4 * k : 4 * (k + 1)])
+        reference.update(x[4 * k : 4 * (k + 1), 2] - x[4 * k : 4 * (k + 1), 0])
+        if 2 not in sel.alive or 0 not in sel.alive or sel.done:
+            break
+        assert sel.gap(2, 0) == pytest.approx((reference.low, reference.high), rel=1e-9)
+    assert k >= 2
+
+
+def test_planned_looks_refuse_a_look_off_the_plan_in_one_line():
+    sel = SequentialSelection(2, 0.95, max_arms=2, looks=(4, 8))
+    sel.update(np.zeros((4, 2)) + [0.0, 0.1] + np.arange(4.0)[:, None])
+    with pytest.raises(ValueError, match="the planned looks are after 4, 8 episodes per arm; a look to 10") as err:
+        sel.update(np.ones((6, 2)))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="looks must be increasing"):
+        SequentialSelection(2, looks=(8, 4))

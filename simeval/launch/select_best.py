@@ -111,7 +111,7 @@ def plan_of(cfg: LaunchConfig, suite: Suite | None = None) -> SelectionPlan:
         raise ConfigError("--select-best plays every checkpoint on the same seeded episodes: give --seed.")
     check_look_budget(budget, every, given)
     many = len(cfg.checkpoints) if not cfg.watch else None
-    return SelectionPlan(every, budget, float(cfg.margin), float(cfg.alpha), many, int(cfg.seed))
+    return SelectionPlan(every, budget, float(cfg.margin), float(cfg.alpha), many, int(cfg.seed), design=cfg.design)
 
 
 def _suite_plan(cfg: LaunchConfig, suite: Suite) -> SelectionPlan:
@@ -159,8 +159,9 @@ def _suite_plan(cfg: LaunchConfig, suite: Suite) -> SelectionPlan:
     )
     many = len(cfg.checkpoints) if not cfg.watch else None
     return SelectionPlan(
-        every, budget, float(cfg.margin), float(cfg.alpha), many, 0, aggregate_bounds(cells), suite.name, cells
-    )
+        every, budget, float(cfg.margin), float(cfg.alpha), many, 0, aggregate_bounds(cells), suite.name, cells,
+        cfg.design,
+    )  # fmt: skip
 
 
 def run_select_best(session: Session, log: ResultsLog, suite: Suite | None = None) -> int:
@@ -186,7 +187,8 @@ def run_select_best(session: Session, log: ResultsLog, suite: Suite | None = Non
     per = "" if suite is None else " and cell"
     print(
         f"select-best among {who}{on}: looks of {plan.look_every} episode(s), at most {plan.max_episodes} per "
-        f"checkpoint{per}, margin {plan.margin:g}{plan.units_note}, alpha {plan.alpha:g}",
+        f"checkpoint{per}, margin {plan.margin:g}{plan.units_note}, alpha {plan.alpha:g}"
+        + (", planned looks (group-sequential)" if plan.planned_looks else ""),
         flush=True,
     )
     unreadable = {  # files a resume does not read again (unless --retry-failed); an unsettled one it does
@@ -223,6 +225,9 @@ def _check_ours(records: list[dict], plan: SelectionPlan, path: str) -> None:
                 "selection run; give another --out."
             )
         differ = [f"{k} {data.get(k)!r} (now {v!r})" for k, v in now.items() if data.get(k) != v]
+        design = data.get("design", "anytime")  # recorded only when planned
+        if design != plan.design:
+            differ.append(f"design {design!r} (now {plan.design!r})")
         if differ:
             raise ConfigError(
                 f"{path} holds a selection run with {'; '.join(differ)}: resume with the same flags, or give "

@@ -7,10 +7,22 @@ with them), here vectorised over the pairs. An arm is eliminated once some alive
 shown better than it; the run stops when one arm is left, or when every alive arm is shown
 within ``margin`` of the leader, or when the caller's budget is spent.
 
-Why the guarantee holds (any looks, any arms joining). Call the best arm ``b``. Only the
+Which arms play. The leader plays every look; an arm shown within ``margin`` of the leader
+(``UCB(mu_arm - mu_leader) <= margin``: *settled*) rests: it plays no look while the leader
+stays the leader, and its pairs keep the interval they had. When the leader changes, a resting
+arm not settled against the new one plays again: first the looks it missed, on their seeds
+(:meth:`SequentialSelection.catch_up`), then the next look with the others. ``rest=False``
+makes every alive arm play every look. Resting saves the episodes of the arms settled early
+(those well below the leader, or well within the margin) while the close calls are decided.
+
+Why the guarantee holds (any looks, any arms joining, arms resting). Call the best arm ``b``. Only the
 pairs that involve ``b`` must hold: while every sequence of a pair ``(b, j)`` holds, no
 ``LCB(mu_j - mu_b) > 0`` (so ``b`` is never eliminated) and ``UCB(mu_b - mu_c) <= margin``
-whenever the rule stops ``within margin`` with the leader ``c``. So it is enough that the
+whenever the rule stops ``within margin`` with the leader ``c``. A pair's ``n``-th difference is
+always the ``n``-th episode in seed order, whenever its arms play it (a resting arm catches up
+on the same seeds), and a confidence sequence holds at every ``n`` at once: reading a pair's
+interval at data-dependent times (an arm resting, catching up) changes none of these events.
+So it is enough that the
 error levels of the pairs of any one arm sum to at most ``alpha = 1 - confidence``:
 
 * The first block of arms (those given to the constructor, and with ``max_arms`` every arm
@@ -28,6 +40,14 @@ error levels of the pairs of any one arm sum to at most ``alpha = 1 - confidence
   for ``k >= 2`` (``sum_{k >= 2} w_k = 1``) and the block of the first ``m`` arms pools its
   arms' shares: ``alpha_0 = alpha sum_{k=2..m} w_k``.
 
+Planned looks (``looks``, without bounds): each pair's interval is the repeated confidence
+interval of a group-sequential design over exactly those looks, at the pair's level
+(:mod:`simeval.stats.group_sequential`: exact for normal differences in the limit of known
+variance, asymptotic otherwise), holding at every planned look at once. Pairs are read only
+at planned looks (an arm resting, catching up or joining later plays the same looks, on
+the same seeds), so the events above hold with the same probability; a look off the plan
+is refused, and the budget is the plan's last look.
+
 Rules shared with the paired comparisons (:mod:`simeval.stats.verdicts`): no elimination nor
 stop before ``min_n`` paired episodes; without bounds (the t-mixture assumes near-symmetric
 differences) none from a pair whose differences are all equal unless the task is
@@ -41,11 +61,12 @@ eliminated with probability at most ``alpha``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from simeval.stats.group_sequential import boundaries
 from simeval.stats.sequential import GRID, t_mixture_radius, t_mixture_scale
 from simeval.stats.verdicts import MIN_N, constant, skewed
 
@@ -101,6 +122,14 @@ class SequentialSelection:
         deterministic: the task is deterministic: without bounds, a pair of arms whose
             differences are all equal has an interval of no width and may decide (otherwise it
             has none).
+        rest: an arm settled within ``margin`` of the leader rests (plays no look) until the
+            leader changes (see the module); False: every alive arm plays every look.
+        looks: planned looks (without bounds): the episodes per arm after which a look is
+            taken, increasing, the last the budget. Each pair's interval is then the repeated
+            confidence interval of a group-sequential design over exactly those looks
+            (:class:`simeval.stats.group_sequential.GroupSequentialMean`'s, at the pair's level): narrower than
+            the t-mixture's, valid at those looks only; an update past the plan is refused.
+            ``None``: anytime (the t-mixture). With bounds, the betting CS either way.
     """
 
     def __init__(
@@ -114,6 +143,8 @@ class SequentialSelection:
         min_n: int = MIN_N,
         plan_n: int = 16,
         deterministic: bool = False,
+        rest: bool = True,
+        looks: Sequence[int] | None = None,
     ) -> None:
         if isinstance(arms, bool) or not isinstance(arms, int | np.integer) or arms < 1:
             raise ValueError(f"arms must be a whole number >= 1, got {arms!r}.")
@@ -134,10 +165,22 @@ class SequentialSelection:
         self.alpha = 1.0 - self.confidence
         self.max_arms = None if max_arms is None else int(max_arms)
         self.min_n, self.plan_n, self.deterministic = int(min_n), int(plan_n), bool(deterministic)
+        self.rest = bool(rest)
+        self.planned: tuple[int, ...] | None = None
+        if looks is not None:
+            planned = tuple(int(n) for n in looks)
+            if not planned or planned[0] < 1 or any(b <= a for a, b in zip(planned, planned[1:], strict=False)):
+                raise ValueError(f"looks must be increasing whole numbers >= 1 (episodes per arm), got {looks!r}.")
+            if planned[-1] < 2:
+                raise ValueError(f"looks: the plan needs a look after 2 or more episodes, got {looks!r}.")
+            self.planned = planned
+        self._planned_radii: dict[float, dict[int, float]] = {}
         self._block = self.max_arms if self.max_arms is not None else int(arms)
         self._columns: list[list[np.ndarray]] = [[] for _ in range(int(arms))]  # each arm's values, look by look
         self._looks: list[int] = []  # episodes per look
         self._alive = np.ones(int(arms), dtype=bool)
+        self._active = np.ones(int(arms), dtype=bool)  # the arms that play the next look
+        self._played: list[int] = [0] * int(arms)  # looks each arm has values for (a prefix of the looks)
         self.eliminated: dict[int, Elimination] = {}
         self.reason: str | None = None
         # pairs (i, j), i < j: the interval for mu_j - mu_i, running intersection
@@ -184,21 +227,60 @@ class SequentialSelection:
         return tuple(int(i) for i in np.flatnonzero(self._alive))
 
     @property
+    def active(self) -> tuple[int, ...]:
+        """The arms that play the next look: the leader and every alive arm not settled against it (every alive
+        arm with ``rest=False``); none once the selection stopped. An active arm that rested first plays the looks
+        it missed (:meth:`behind`, :meth:`catch_up`)."""
+        if self.done:
+            return ()
+        return tuple(int(i) for i in np.flatnonzero(self._active & self._alive))
+
+    @property
+    def resting(self) -> tuple[int, ...]:
+        """The alive arms that do not play the next look (settled within the margin of the leader); none once the
+        selection stopped."""
+        if self.done:
+            return ()
+        active = set(self.active)
+        return tuple(a for a in self.alive if a not in active)
+
+    def looks_played(self, arm: int) -> int:
+        """The looks ``arm`` has values for: ``looks`` for an arm that played every one, fewer for one that rested
+        (its episodes: the first ``looks_played`` looks')."""
+        return self._played[arm]
+
+    def behind(self, arm: int) -> int:
+        """How many episodes ``arm`` missed while it rested that it must play (:meth:`catch_up`) before the next
+        look; 0 for an arm that is not active."""
+        if arm not in self.active:
+            return 0
+        return int(sum(self._looks[self._played[arm] :]))
+
+    def episodes(self, arm: int) -> int:
+        """The episodes ``arm`` has played (its values the selection holds)."""
+        return int(sum(self._looks[: self._played[arm]]))
+
+    @property
     def done(self) -> bool:
         """Whether the selection has stopped (``reason`` says why)."""
         return self.reason is not None
 
     def means(self) -> dict[int, float]:
-        """Each alive arm's mean over the common episodes (NaN before any)."""
-        return {a: (float(np.concatenate(self._columns[a]).mean()) if self.n else math.nan) for a in self.alive}
+        """Each alive arm's mean over the episodes it played (NaN before any)."""
+        return {a: self._mean(a) for a in self.alive}
+
+    def _mean(self, arm: int) -> float:
+        played = self._columns[arm][: self._played[arm]]
+        return float(np.concatenate(played).mean()) if self.episodes(arm) else math.nan
 
     @property
     def best(self) -> int:
-        """The leader: the alive arm with the best mean (the lowest index among equals; the first arm before any
-        episode)."""
-        means = self.means()
+        """The leader: among the alive arms that played every look, the best mean (the lowest index among equals;
+        the first arm before any episode)."""
+        current = [a for a in self.alive if self._played[a] == len(self._looks)] or list(self.alive)
         if not self.n:
-            return self.alive[0]
+            return current[0]
+        means = {a: self._mean(a) for a in current}
         return max(means, key=lambda a: (means[a], -a))
 
     def gap(self, arm: int, to: int | None = None) -> tuple[float, float]:
@@ -234,21 +316,53 @@ class SequentialSelection:
     # ---------------------------------------------------------------------------------------- updating
 
     def update(self, values: Sequence[Sequence[float]] | np.ndarray) -> SequentialSelection:
-        """Take one look's episodes, shape ``[n, arms]`` (row: an episode every arm played with the same seed;
-        NaN for eliminated arms); returns self."""
+        """Take one look's episodes, shape ``[n, arms]`` (row: an episode every active arm played with the same
+        seed; NaN, or anything, for the arms not :attr:`active`: they are not read); returns self."""
         if self.done:
             raise ValueError(f"values: the selection stopped ({self.reason}); it takes no more looks.")
         x = np.asarray(values, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.arms:
             raise ValueError(f"values must have shape [episodes, {self.arms}] (one column per arm), got {x.shape}.")
-        alive = self.alive
-        self._check(x[:, alive], alive, self.n)
+        active = self.active
+        late = [a for a in active if self.behind(a)]
+        if late:
+            raise ValueError(
+                f"values: arm {late[0]} rested and plays again: give its {self.behind(late[0])} missed episode(s) "
+                "with catch_up() before the next look."
+            )
+        self._check(x[:, active], active, self.n)
+        if self.planned is not None and self.n + len(x) not in self.planned:
+            raise ValueError(
+                f"values: the planned looks are after {', '.join(map(str, self.planned))} episodes per arm; a look "
+                f"to {self.n + len(x)} is not one of them."
+            )
         for a in range(self.arms):
-            self._columns[a].append(x[:, a].copy() if self._alive[a] else np.full(len(x), np.nan))
+            self._columns[a].append(x[:, a].copy() if a in active else np.full(len(x), np.nan))
+        for a in active:
+            self._played[a] += 1
         self._looks.append(len(x))
-        if len(x):
-            self._feed(self._pairs_of_alive(), len(self._looks) - 1)
+        self._sync()
         self._decide()
+        return self
+
+    def catch_up(self, arm: int, missed_values: Sequence[float] | np.ndarray) -> SequentialSelection:
+        """Give an arm that rested and plays again (:attr:`active`, :meth:`behind` > 0) its values on the episodes
+        it missed, in seed order (the looks after its last, on their seeds); its pairs take them look by look, as
+        if it had played them then. Decisions wait for the next :meth:`update`. Returns self."""
+        if arm not in self.active or not self.behind(arm):
+            raise ValueError(f"missed_values: arm {arm!r} missed no look it must play (it is not behind).")
+        x = np.asarray(missed_values, dtype=np.float64)
+        if x.ndim != 1 or len(x) != self.behind(arm):
+            raise ValueError(
+                f"missed_values must be one value per episode arm {arm} missed ({self.behind(arm)}), got {x.shape}."
+            )
+        first = self._played[arm]
+        self._check(x[:, None], (arm,), self.episodes(arm), "missed_values")
+        cuts = np.cumsum([0, *self._looks[first:]])
+        for k, look in enumerate(range(first, len(self._looks))):
+            self._columns[arm][look] = x[cuts[k] : cuts[k + 1]].copy()
+        self._played[arm] = len(self._looks)
+        self._sync()
         return self
 
     def add_arm(self, past_values: Sequence[float] | np.ndarray) -> int:
@@ -265,19 +379,22 @@ class SequentialSelection:
         x = np.asarray(past_values, dtype=np.float64)
         if x.ndim != 1 or len(x) != self.n:
             raise ValueError(f"past_values must be one value per episode played so far ({self.n}), got {x.shape}.")
+        if any(self._played[a] < len(self._looks) for a in self.active):
+            raise ValueError(
+                "past_values: an arm that plays again has not caught up (catch_up) yet; add the arm after."
+            )
         arm = self.arms
         self._check(x[:, None], (arm,), 0, "past_values")
         self.reason = None  # a stop is a statement about the arms so far: a new one reopens it
         cuts = np.cumsum([0, *self._looks])
         self._columns.append([x[cuts[i] : cuts[i + 1]].copy() for i in range(len(self._looks))])
         self._alive = np.append(self._alive, True)
-        new = [(i, arm) for i in self.alive if i != arm]
+        self._active = np.append(self._active, True)
+        self._played.append(len(self._looks))
         for i in range(arm):
             self._pairs[(i, arm)] = _Pair(self.pair_alpha(arm), self._span)
-        for look in range(len(self._looks)):  # replay look by look: the same intervals as if it had been there
-            if self._looks[look]:
-                self._feed(new, look)
-        self._decide()
+        self._sync()  # look by look: the same intervals as if it had been there
+        self._decide(resume=False)
         return arm
 
     def finish(self) -> SequentialSelection:
@@ -311,6 +428,22 @@ class SequentialSelection:
         alive = self.alive
         return [(i, j) for jj, j in enumerate(alive) for i in alive[:jj]]
 
+    def _sync(self) -> None:
+        """Feed every pair of alive arms the looks both arms have values for and it has not taken, look by look."""
+        due = [
+            (i, j)
+            for i, j in self._pairs_of_alive()
+            if self._pairs[(i, j)].looks < min(self._played[i], self._played[j])
+        ]
+        while due:
+            look = min(self._pairs[p].looks for p in due)
+            now = [p for p in due if self._pairs[p].looks == look]
+            if self._looks[look]:
+                self._feed(now, look)
+            for p in now:
+                self._pairs[p].looks += 1
+            due = [p for p in due if self._pairs[p].looks < min(self._played[p[0]], self._played[p[1]])]
+
     def _feed(self, pairs: list[tuple[int, int]], look: int) -> None:
         """Update ``pairs`` (each has seen every look before ``look``) with look ``look``'s differences."""
         if not pairs:
@@ -325,12 +458,29 @@ class SequentialSelection:
             history = np.column_stack([np.concatenate(self._columns[a][: look + 1]) for a in arms])
             d = history[:, second] - history[:, first]  # [episodes so far, pairs]
             magnitude = np.abs(history).max(axis=0) if len(history) else np.zeros(len(arms))
-            _t_mixture(objs, d, self.plan_n, self.deterministic, np.maximum(magnitude[first], magnitude[second]))
+            _t_mixture(objs, d, self._radius, self.deterministic, np.maximum(magnitude[first], magnitude[second]))
         else:
             new = np.column_stack([self._columns[a][look] for a in arms])
             _betting(objs, new[:, second] - new[:, first], self._span)
 
-    def _decide(self) -> None:
+    def _radius(self, n: int, alpha: float) -> float:
+        """A pair's radius after ``n`` differences, in units of ``sd / sqrt(n)`` (inf: no interval): the t-mixture's
+        (anytime), or the planned design's repeated interval at look ``n``."""
+        if self.planned is None:
+            return t_mixture_radius(n, alpha, t_mixture_scale(self.plan_n, alpha))
+        if alpha not in self._planned_radii:
+            from scipy.stats import norm, t
+
+            spending = tuple(k for k in self.planned if k >= 2)
+            self._planned_radii[alpha] = {
+                k: (float(t.isf(norm.sf(c), k - 1)) if math.isfinite(c) else math.inf)
+                for k, c in zip(spending, boundaries(alpha, spending), strict=True)
+            }
+        return self._planned_radii[alpha].get(n, math.inf)
+
+    def _decide(self, resume: bool = True) -> None:
+        """Eliminate, then stop or choose who plays the next look. ``resume=False`` (an arm joining between
+        looks): no resting arm is woken, so the next look's players are those that were to play, and the newcomer."""
         for i, j in self._pairs_of_alive():
             if not (self._alive[i] and self._alive[j]):
                 continue
@@ -342,18 +492,27 @@ class SequentialSelection:
             elif pair.high < 0:
                 self._eliminate(j, i, -pair.high, -pair.low)
         if len(self.alive) == 1:
+            self._active = self._alive.copy()
             if self.arms > 1:
                 self.reason = "one left"
             return
         best = self.best
-        others = [a for a in self.alive if a != best]
-        pairs = [self._pairs[(min(a, best), max(a, best))] for a in others]
-        if (
-            self.margin > 0
-            and all(self._may_decide(p) for p in pairs)
-            and all(self.gap(a, best)[1] <= self.margin for a in others)
-        ):
+        settled = {a for a in self.alive if a != best and self._settled(a, best)}
+        if len(settled) == len(self.alive) - 1:
             self.reason = "within margin"
+        active = self._alive.copy()
+        if self.rest:
+            active[list(settled)] = False
+        if not resume:
+            active &= self._active
+            active[best] = True
+        self._active = active
+
+    def _settled(self, arm: int, leader: int) -> bool:
+        """Whether ``arm`` is shown within the margin of ``leader``: ``UCB(mu_arm - mu_leader) <= margin``, from a
+        pair that may decide."""
+        pair = self._pairs[(min(arm, leader), max(arm, leader))]
+        return self.margin > 0 and self._may_decide(pair) and self.gap(arm, leader)[1] <= self.margin
 
     def _may_decide(self, pair: _Pair) -> bool:
         return pair.n >= self.min_n and (self.deterministic or not pair.constant) and not pair.skewed
@@ -367,11 +526,12 @@ class _Pair:
     """One pair's confidence sequence for ``mu_j - mu_i``: its level, running interval and, with bounds, the betting
     state."""
 
-    __slots__ = ("alpha", "n", "low", "high", "constant", "skewed", "log_up", "log_down", "total", "squares")
+    __slots__ = ("alpha", "n", "looks", "low", "high", "constant", "skewed", "log_up", "log_down", "total", "squares")
 
     def __init__(self, alpha: float, span: float | None) -> None:
         self.alpha = alpha
         self.n = 0
+        self.looks = 0  # the looks it has taken (both arms' values)
         self.low, self.high = -math.inf, math.inf
         # the t-mixture's guards (it assumes near-symmetric differences): all equal, or a fall observed
         self.constant = self.skewed = False
@@ -385,8 +545,12 @@ class _Pair:
         self.low, self.high = (low, high) if lo > hi else (lo, hi)
 
 
-def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int, deterministic: bool, magnitude: np.ndarray) -> None:
-    """The t-mixture CS of :class:`simeval.sequential.SequentialMean` for each column of ``d`` (all the pair's
+def _t_mixture(
+    pairs: list[_Pair], d: np.ndarray, radius_of: Callable[[int, float], float], deterministic: bool,
+    magnitude: np.ndarray,
+) -> None:  # fmt: skip
+    """The t-based interval (``radius_of(n, alpha)`` in units of ``sd / sqrt(n)``: the t-mixture CS of
+    :class:`simeval.sequential.SequentialMean`, or a planned design's) for each column of ``d`` (all the pair's
     differences so far; ``magnitude``: the largest value they came from, for rounding), intersected into its pair.
     Identical differences give no interval unless ``deterministic`` (a zero-width one, kept in the running
     intersection, would decide once they vary)."""
@@ -400,7 +564,7 @@ def _t_mixture(pairs: list[_Pair], d: np.ndarray, plan_n: int, deterministic: bo
     radii: dict[float, float] = {}
     for p, m, s in zip(pairs, mean, sd, strict=True):
         if p.alpha not in radii:
-            radii[p.alpha] = t_mixture_radius(n, p.alpha, t_mixture_scale(plan_n, p.alpha))
+            radii[p.alpha] = radius_of(n, p.alpha)
         radius = radii[p.alpha]
         if math.isinf(radius) or (p.constant and not deterministic):
             continue

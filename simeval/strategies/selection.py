@@ -2,10 +2,12 @@
 
 Every checkpoint (an *arm*) plays look ``L`` as one round of ``look_every`` episodes on the
 look's seed (:func:`simeval.conditions.look_seed` of the run's seed, as the look-by-look
-runs do), so every arm plays the same episodes. Once look ``L``'s rounds of every arm still
-in the selection are in, one :meth:`simeval.stats.SequentialSelection.update` takes them
-(rows: episodes in the first arm's seed order); arms shown worse than the leader are
-eliminated and play no further look. The run stops on ``one left``, ``within margin`` (the
+runs do), so every arm plays the same episodes. Once look ``L``'s rounds of every arm that
+plays it are in, one :meth:`simeval.stats.SequentialSelection.update` takes them (rows:
+episodes in seed order); arms shown worse than the leader are eliminated and play no further
+look; an arm shown within the margin of the leader rests (plays no look) until the leader
+changes, and then first plays the looks it missed, on their seeds
+(:meth:`~simeval.stats.SequentialSelection.catch_up`). The run stops on ``one left``, ``within margin`` (the
 best mean is chosen, equivalent within the margin to the others left) or ``budget``
 (``max_episodes`` per arm played: :meth:`~simeval.stats.SequentialSelection.finish`, the
 result is the alive set and its leader).
@@ -110,12 +112,17 @@ class SelectionPlan:
     suite: str | None = None
     """The suite's name (``--suite``): a checkpoint's score is then the suite's aggregate over :attr:`cells`."""
     cells: tuple[SuiteScore, ...] = ()
+    design: str = "anytime"
+    """``anytime`` (confidence sequences) or ``planned`` (a group-sequential design over exactly the looks
+    ``look_every, 2 look_every, ...`` up to the budget; without bounds: with them the betting sequences either way)."""
 
     def as_data(self) -> dict[str, Any]:
         """The plan as a line records it (a suite's name and cells only with a suite)."""
         data = asdict(self)
         data["bounds"] = None if self.bounds is None else list(self.bounds)
         del data["suite"], data["cells"]
+        if self.design == "anytime":
+            del data["design"]  # as the lines of runs before planned selections were recorded
         if self.suite is not None:
             data.update(suite=self.suite, cells=[c.as_data() for c in self.cells])
         return {"rule": "select-best", **data}
@@ -129,6 +136,7 @@ class SelectionPlan:
             float(data.get("alpha", 0.05)), data.get("max_arms"), int(data.get("seed", 0)),
             None if bounds is None else (float(bounds[0]), float(bounds[1])),
             data.get("suite"), tuple(SuiteScore.from_data(c) for c in data.get("cells") or ()),
+            str(data.get("design", "anytime")),
         )  # fmt: skip
 
     @property
@@ -148,6 +156,13 @@ class SelectionPlan:
     def looks(self) -> int:
         """The most looks an arm plays."""
         return self.max_episodes // self.look_every
+
+    @property
+    def planned_looks(self) -> tuple[int, ...] | None:
+        """The episodes per arm after each look, for a planned design without bounds; else None (anytime)."""
+        if self.design != "planned" or self.bounds is not None:
+            return None
+        return tuple(self.look_every * (k + 1) for k in range(self.looks))
 
 
 @dataclass
@@ -219,15 +234,20 @@ class SelectionStrategy(Strategy):
         return self.stop is None
 
     def alive(self, arm: Arm) -> bool:
-        """Whether ``arm`` still plays: not eliminated, and the selection not stopped."""
+        """Whether ``arm`` plays the current look: not eliminated, not resting, and the selection not stopped."""
         if self.stop is not None or arm.arrived > self.look:
             return False
-        return not arm.joined or arm.index in self.sel.alive
+        return not arm.joined or arm.index in self.sel.active
+
+    def _first(self, arm: Arm) -> int:
+        """The first look ``arm`` is to play: 0 before it joined, else the first the selection lacks (the current
+        look, or an earlier one it missed while resting)."""
+        return self.sel.looks_played(arm.index) if arm.joined else 0
 
     def _needs(self, arm: Arm) -> list[tuple[int, int]]:
         if not self.alive(arm):
             return []
-        looks = [self.look] if arm.joined else range(self.look + 1)
+        looks = range(self._first(arm), self.look + 1)
         rounds = [(look, c) for look in looks for c in range(len(self.plan.units))]
         return [r for r in rounds if r not in arm.values and r not in arm.queued]
 
@@ -306,9 +326,7 @@ class SelectionStrategy(Strategy):
         while self.stop is None:
             look = self.look
             members = [a for a in self.arms if self.alive(a)]
-            ready = members and all(
-                self._played(a, look) and (a.joined or all(self._played(a, k) for k in range(look))) for a in members
-            )
+            ready = members and all(all(self._played(a, k) for k in range(self._first(a), look + 1)) for a in members)
             if not ready:
                 break
             messages.append(self._take(look, members))
@@ -319,20 +337,24 @@ class SelectionStrategy(Strategy):
 
         from simeval.stats import SequentialSelection
 
-        first = members[0]
         name = f"look {look}"
 
         def ordered(arm: Arm, k: int) -> list[float]:
-            return self.scores(arm, k, first)
+            return self.scores(arm, k)
 
         try:
             if self.sel is None:  # its t-mixture tuned for the budget, where the close calls are decided
                 self.sel = SequentialSelection(
                     len(members), 1 - self.plan.alpha, self.plan.bounds, self.plan.margin,
                     max_arms=self.plan.max_arms, plan_n=self.plan.max_episodes, deterministic=self.deterministic,
+                    looks=self.plan.planned_looks,
                 )  # fmt: skip
                 for arm in members:
                     arm.joined = True
+            for arm in members:  # an arm that rested and plays again: the looks it missed first
+                start = self.sel.looks_played(arm.index) if arm.joined else look
+                if start < look:
+                    self.sel.catch_up(arm.index, [v for k in range(start, look) for v in ordered(arm, k)])
             for arm in members:
                 if not arm.joined:
                     past = [v for k in range(look) for v in ordered(arm, k)]
@@ -350,29 +372,30 @@ class SelectionStrategy(Strategy):
         for index, e in self.sel.eliminated.items():
             if e.look == look + 1:  # eliminated at this look: its last interval is the one that did it
                 gaps[index] = (-e.high, -e.low)
-        means = {a.index: float(np.mean([v for k in range(look + 1) for v in self.scores(a, k)])) for a in members}
+        means = {
+            i: float(np.mean([v for k in range(self.sel.looks_played(i)) for v in self.scores(self.arms[i], k)]))
+            for i in gaps
+        }
         self.history.append(LookRecord(look, self.sel.n, self.sel.best, means, gaps))
         if self.stop is None:
             self.look += 1
         return self.progress(self.history[-1])
 
-    def scores(self, arm: Arm, look: int, first: Arm | None = None) -> list[float]:
-        """``arm``'s per-episode scores at ``look``, its episodes in ``first``'s seed order (default its own): its
-        returns, or with a suite the aggregate (:func:`aggregate`) of its cells' rounds.
+    def scores(self, arm: Arm, look: int) -> list[float]:
+        """``arm``'s per-episode scores at ``look``, its episodes in seed order (so that every arm's ``i``-th score
+        is the same episode, whenever it played it): its returns, or with a suite the aggregate
+        (:func:`aggregate`) of its cells' rounds.
 
         Raises:
-            ValueError: ``arm`` and ``first`` ran other episodes (the message names the checkpoint, look and cell).
+            ValueError: a round recorded no episode seeds (the message names the checkpoint, look and cell).
         """
         columns = []
         for c, (key, _) in enumerate(self.plan.units):
             where = "" if not key else " {} / {}".format(*key)
-            if first is None or first is arm:
-                columns.append(list(arm.values[look, c]))
-                continue
-            columns.append(in_order_of(
-                first.seeds.get((look, c)), arm.seeds.get((look, c)), arm.values[look, c],
-                f"{arm.name}{where} look {look}",
-            ))  # fmt: skip
+            seeds, name = arm.seeds.get((look, c)), f"{arm.name}{where} look {look}"
+            if seeds is None:
+                raise ValueError(f"{name}: the round recorded no episode seeds, so its episodes cannot be paired.")
+            columns.append(in_order_of(sorted(seeds), seeds, arm.values[look, c], name))
         return columns[0] if self.plan.suite is None else aggregate(columns, self.plan.cells)
 
     # ------------------------------------------------------------------------------------------ replay
@@ -414,7 +437,10 @@ class SelectionStrategy(Strategy):
         """One look in a line: episodes each, the leader, who is left, and whether it stops."""
         leader = self.arms[rec.leader].name
         left = len(self.sel.alive) if rec is self.history[-1] else len(rec.gaps)
+        resting = len(self.sel.resting) if rec is self.history[-1] and self.stop is None else 0
         then = f"stop ({self.stop})" if self.stop else "next look"
+        if resting:
+            then = f"{resting} resting (within the margin of the leader), next look"
         each, digits = ("each", 2) if self.plan.suite is None else (f"each on {len(self.plan.cells)} cell(s)", 3)
         score = "" if self.plan.suite is None else " normalised"
         return (

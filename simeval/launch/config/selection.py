@@ -50,8 +50,6 @@ class SelectionSection(Section):
             raise ConfigError(
                 "--select-best needs --watch DIR or at least two --checkpoint (the ones it chooses among)."
             )
-        if self.design != "anytime":
-            raise ConfigError(f"--select-best eliminates on anytime-valid sequences: leave --design {self.design} out.")
         if many > 1 and self.launcher == "docker":
             raise ConfigError(
                 "--select-best with --checkpoint runs with --launcher local: "

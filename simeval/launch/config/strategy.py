@@ -65,9 +65,9 @@ class StrategySection(Section):
     )
     design: str = opt(
         "anytime",
-        "--until-decided, --until-precise: anytime (confidence sequences, valid at any look: a resume may raise "
-        "--max-episodes) or planned (a group-sequential design over exactly these looks and budget: fewer "
-        "episodes on average at equal power; cells with declared bounds keep their anytime sequence)",
+        "--until-decided, --until-precise, --select-best: anytime (confidence sequences, valid at any look: a "
+        "resume may raise --max-episodes) or planned (a group-sequential design over exactly these looks and "
+        "budget: fewer episodes on average at equal power; cells with declared bounds keep their anytime sequence)",
     )
 
     @property
