@@ -1545,6 +1545,27 @@ def planned_selection_row(data: ArmsData, arms: int, spread: str, reps: int, see
     ]  # fmt: skip
 
 
+def selection_floor(data: ArmsData, levels: np.ndarray, seed: int) -> tuple[float, int]:
+    """A floor under the episodes of any rule that ends ``within margin`` having chosen the best arm: each other arm
+    ``j`` shown worse or within the margin by one fixed-n, one-sided level-``ALPHA`` z-test of power
+    :data:`SELECTION_POWER` at the true sd (no multiplicity, no price for looking: a bound no real rule reaches),
+    ``n_j = ((z_{1-alpha} + z_power) sd_j / (margin + gap_j))^2``, and the best arm playing the largest ``n_j``.
+    Returns (the floor, the sweep's episodes)."""
+    mu = data.means(levels)
+    best = int(np.flatnonzero(mu == mu.max())[-1])
+    rng = rng_for(seed, "floor", data.name, len(levels), tuple(levels.round(6)))
+    sample = data.draw(rng, 200_000, levels)
+    z = sst.norm.isf(ALPHA) + sst.norm.ppf(SELECTION_POWER)
+    margin = SELECTION_MARGIN * data.unit
+    need = [
+        (z * float(np.std(sample[:, best] - sample[:, j])) / (margin + mu[best] - mu[j])) ** 2
+        for j in range(len(levels))
+        if j != best
+    ]
+    n_sweep = sweep_n(data, levels, SELECTION_POWER, seed)
+    return sum(need) + max(need), len(levels) * (n_sweep or 0)
+
+
 SELECTION_HEADER = [
     "data",
     "arms",
@@ -1601,6 +1622,16 @@ def selection_section(reps: int, seed: int, quick: bool = False) -> None:
                     print(f"_{data.name}, {arms}, {spread}, planned: done_", file=sys.stderr, flush=True)
             rows.append(planned_selection_row(data, 8, "training, gradual", reps, seed, late=True))
     print(table(SELECTION_HEADER, rows))
+    print("\nA floor no rule reaches (`selection_floor`): each checkpoint shown worse than the best or within the")
+    print(f"margin of it by one fixed-n, one-sided level-{ALPHA:g} z-test of power {SELECTION_POWER:g} at the true sd, with")
+    print("no multiplicity and no price for looking, the best playing the most of them; beside the sweep's episodes.\n")
+    floors = []
+    for data in SELECTION_DATA:
+        for arms in (8,) if quick else (8, 32):
+            for spread in ("training, steep", "training, gradual"):
+                floor, sweep = selection_floor(data, selection_levels(spread, arms), seed)
+                floors.append([data.name, str(arms), spread, f"{floor:.0f}", str(sweep), f"{floor / sweep:.0%}"])
+    print(table(["data", "arms", "spread", "floor (episodes)", "sweep (episodes)", "floor / sweep"], floors))
 
 
 # ------------------------------------------------------------------ one cell: mean_ci's interval (issue 46)

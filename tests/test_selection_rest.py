@@ -123,7 +123,7 @@ def _drive(means: list[float], seed: int) -> tuple[SelectionStrategy, list[dict]
 
 
 def test_the_strategy_plays_a_resting_arms_missed_looks_and_its_replay_is_the_run():
-    strategy, lines, played = _drive([10.0, 10.1, 9.6, 7.0], 33)
+    strategy, lines, played = _drive([10.0, 10.1, 9.6, 7.0], 34)
     assert strategy.stop == "within margin"
     missed = [(arm, look, now) for arm, look, now in played if look < now]
     assert missed, "no arm rested and played again: pick another seed"
@@ -131,6 +131,11 @@ def test_the_strategy_plays_a_resting_arms_missed_looks_and_its_replay_is_the_ru
     for arm, look, _ in played:  # every round once: a resting arm's missed looks are played once, late
         rounds[arm, look] = rounds.get((arm, look), 0) + 1
     assert set(rounds.values()) == {1}
+    rested = [r for r in strategy.rows() if "rested after look" in r["outcome"]]
+    assert rested, "no arm rested to the stop: pick another seed"
+    for r in rested:  # said where its episodes fall short of the leader's
+        look = int(r["outcome"].rsplit(" ", 1)[1].rstrip(")"))
+        assert r["episodes"] == 4 * (look + 1) < max(row["episodes"] for row in strategy.rows())
     again = SelectionStrategy(strategy.plan, strategy.cell_at)
     again.replay({"": lines})
     assert again.table() == strategy.table()

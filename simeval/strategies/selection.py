@@ -478,6 +478,8 @@ class SelectionStrategy(Strategy):
                         row["outcome"] += " (normalised)"
                 else:
                     row["outcome"] = "leader" if arm.index == sel.best else "alive"
+                if sel.looks_played(arm.index) < sel.looks:  # it rested: its last looks were not played
+                    row["outcome"] += f" (rested after look {sel.looks_played(arm.index) - 1})"
             out.append(row)
         return out
 
