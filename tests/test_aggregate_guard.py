@@ -122,6 +122,11 @@ def test_a_cell_withheld_as_skewed_withholds_the_aggregate_and_bounds_lift_both(
     assert rows["*"]["diff_ci_low"] > 0
     assert (rows["*"]["verdict"], rows["*"]["reason"]) == ("inconclusive", SKEWED)
 
+    page = tmp_path / "compare.html"  # the HTML page says it beside the aggregate's verdict, not only in its notes
+    _compare(*dirs, "--html", str(page))
+    aggregate = page.read_text().split('<p id="aggregate">', 1)[1].split("</p>", 1)[0]
+    assert f'inconclusive</strong> <span class="withheld">(withheld: {SKEWED})</span>.' in aggregate, aggregate
+
     bounded = {"bounds": {"low": 2400.0, "high": 3400.0}}
     dirs = _runs(tmp_path / "bounds", {"Fall-v0": (a1, b1, bounded), "Clear-v0": (a2, b2, {})})
     rows = _rows(dirs)

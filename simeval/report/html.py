@@ -265,7 +265,10 @@ def html_page(comparison: Comparison) -> str:
         f"Over {cells_phrase(len(c.cells))}, B - A = {with_ci(g.diff.value, g.diff.low, g.diff.high, d)} "
         f"(A {g.mean_a:.{d}f}, B {g.mean_b:.{d}f}): "
     )
-    summary = esc(summary) + f'<strong class="aggregate-verdict">{esc(g.verdict)}</strong>.'
+    summary = esc(summary) + f'<strong class="aggregate-verdict">{esc(g.verdict)}</strong>'
+    if g.reason:  # what the interval reads, withheld: said where the verdict is read, not only in the notes
+        summary += f' <span class="withheld">(withheld: {esc(g.reason)})</span>'
+    summary += "."
     summary += f'</p>\n<p class="note">{esc(aggregate_line(c))}.'
     profile = profile_png(c)
     sections = []
