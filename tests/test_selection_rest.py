@@ -94,36 +94,49 @@ def test_the_next_look_before_a_catch_up_is_a_one_line_error():
 # ------------------------------------------------------------------------------ the strategy, round by round
 
 
-def _drive(means: list[float], seed: int) -> tuple[SelectionStrategy, list[dict], list[tuple[int, int, int]]]:
-    """Run ``--select-best``'s strategy on drawn rounds (each arm's episodes in an order of its own), as the
-    scheduler would: jobs proposed, results observed, lines written. Returns the strategy, its lines, and each
-    round played as (arm, its look, the look being played then)."""
-    rng, shuffle = np.random.default_rng(seed), random.Random(seed)
+def _round(means: list[float], seed: int, arm: int, look_seed: int) -> dict:
+    """One round's result: 4 episodes on ``look_seed``'s seeds, each the arm's mean plus what the episode's seed makes
+    common to every arm plus the arm's own noise on it (a function of the arm and the seed alone), in an order of the
+    arm's own."""
+    seeds = [look_seed * 100 + k for k in range(4)]
+    rounds = [
+        (s, means[arm] + np.random.default_rng(s).normal(0.0, 3.0) + np.random.default_rng((seed, arm, s)).normal())
+        for s in seeds
+    ]
+    random.Random(seed * 1000 + arm).shuffle(rounds)
+    return {"episode_returns": [float(v) for _, v in rounds], "episode_seeds": [s for s, _ in rounds]}
+
+
+def _drive(
+    means: list[float], seed: int, lines: list[dict] | None = None, stop_after: int | None = None
+) -> tuple[SelectionStrategy, list[dict], list[tuple[int, int, int]]]:
+    """Run ``--select-best``'s strategy round by round, as the scheduler would: jobs proposed, results observed,
+    lines written; after replaying ``lines`` (a resume) when given, and stopping after ``stop_after`` new rounds (a
+    kill). Returns the strategy, every line, and each round played as (arm, its look, the look being played then)."""
     plan = SelectionPlan(4, 200, margin=1.0, max_arms=len(means), seed=7)
     strategy = SelectionStrategy(plan, lambda look, seed, c: types.SimpleNamespace(key=("cell", look)))
-    episode = {}  # what an episode's seed makes common to every arm
-    queue, lines, played = [], [], []
+    lines = list(lines or [])
+    if lines:
+        strategy.replay({"": lines})
+    queue, played = [], []
     for i in range(len(means)):
         queue += strategy.jobs_for(types.SimpleNamespace(step=i), f"arm{i}")
-    while queue:
+    while queue and (stop_after is None or len(played) < stop_after):
         job = queue.pop(0)
         arm = job.owner[0]
-        seeds = [job.seed * 100 + k for k in range(4)]
-        for s in seeds:
-            episode.setdefault(s, float(np.random.default_rng(s).normal(0.0, 3.0)))
-        rounds = [(s, means[arm.index] + episode[s] + float(rng.normal(0.0, 1.0))) for s in seeds]
-        shuffle.shuffle(rounds)
-        result = {"episode_returns": [v for _, v in rounds], "episode_seeds": [s for s, _ in rounds]}
+        result = _round(means, seed, arm.index, job.seed)
         played.append((arm.index, job.look, strategy.look))
         step = strategy.observe(job, result)
         assert not step.failures, step.failures
-        lines += [{"status": "ok", "checkpoint_name": job.name, "step": arm.step, **result, **w.fields} for w in step.writes]
+        lines += [
+            {"status": "ok", "checkpoint_name": job.name, "step": arm.step, **result, **w.fields} for w in step.writes
+        ]
         queue += strategy.propose()
     return strategy, lines, played
 
 
 def test_the_strategy_plays_a_resting_arms_missed_looks_and_its_replay_is_the_run():
-    strategy, lines, played = _drive([10.0, 10.1, 9.6, 7.0], 34)
+    strategy, lines, played = _drive([10.0, 10.1, 9.6, 7.0], 16)
     assert strategy.stop == "within margin"
     missed = [(arm, look, now) for arm, look, now in played if look < now]
     assert missed, "no arm rested and played again: pick another seed"
@@ -140,3 +153,17 @@ def test_the_strategy_plays_a_resting_arms_missed_looks_and_its_replay_is_the_ru
     again.replay({"": lines})
     assert again.table() == strategy.table()
     assert again.result_line() == strategy.result_line()
+
+
+def test_a_run_killed_at_any_round_and_resumed_ends_as_the_uninterrupted_run():
+    # Killed after each round in turn (resting arms' missed looks among them), replayed from its lines and run on:
+    # the same table, the same result, and no round played twice.
+    means = [10.0, 10.1, 9.6, 7.0]
+    whole, lines, played = _drive(means, 16)
+    assert any(look < now for _, look, now in played)
+    for cut in range(1, len(played)):
+        killed, head, _ = _drive(means, 16, stop_after=cut)
+        resumed, _, more = _drive(means, 16, lines=head)
+        assert resumed.table() == whole.table(), cut
+        assert resumed.result_line() == whole.result_line(), cut
+        assert len(head) + len(more) == len(lines), cut
