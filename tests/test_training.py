@@ -134,6 +134,11 @@ def test_make_demo_draws_the_shipped_training_runs_eval_curve(tmp_path):
     assert int(used[2]) <= int(used[5]) // 2 and int(used[5]) == 6 * 16 * 2  # at most half a fixed run's episodes
     assert sum(int(table[c][-4]) for c in cells) * 2 == int(used[2])  # the report replays the launcher's stops
     assert "compare.html" in os.listdir(os.path.join(tmp_path, os.path.dirname(os.path.dirname(results))))
+    # Part three: the best checkpoint chosen look by look (docs/statistics.md, "On the shipped run").
+    selection = proc.stdout.split("$ python -m simeval.launch --select-best")[1]
+    assert "chosen: step_000876544.pt, equivalent within 50 to" in selection, selection[-2000:]
+    used = next(line for line in selection.splitlines() if line.startswith("episodes: ")).split()
+    assert used[3:5] == ["the", "256"] and 8 * 8 <= int(used[1]) < 256, used  # fewer than the sweep's
     # README.md shows this run's tables: every digit on the machine its "machine:" line names (tests/demo_table.py).
     from simeval.demo.fingerprint import fingerprint
 
