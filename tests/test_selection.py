@@ -233,8 +233,8 @@ def test_monte_carlo_slice_no_best_arm_eliminated():
 
 def test_the_study_row_at_eight_arms_holds_its_target():
     # benchmarks/stats_validity.py's selection row (8 arms, normal data, the gradual training-run spread): docs
-    # measured 43% of the Bonferroni sweep's episodes (uncapped, 100 runs); 40 runs here, held to 50%, the target
-    # (three Monte Carlo errors above the documented figure), and no guarantee broken.
+    # measured 36% of the Bonferroni sweep's episodes (uncapped, 100 runs, arms resting); 40 runs here, held to 50%,
+    # the target, and no guarantee broken.
     import stats_validity as study
 
     data = study.SELECTION_DATA[0]
