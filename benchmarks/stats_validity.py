@@ -1600,7 +1600,10 @@ def selection_section(reps: int, seed: int, quick: bool = False) -> None:
     print("sweeps, the uncapped mean beside). Arms settled within the margin of the leader rest until the leader")
     print("changes, then play the looks they missed (counted). Planned rows (`looks=`, no bounds): a group-sequential")
     print("design over the looks up to its budget, fixed before the run: the smallest of 0.75, 1, 1.25, 1.5, 2 and 3")
-    print(f"times the sweep's n at which it stops in {SELECTION_POWER:g} of the runs, every run's episodes counted to its")
+    print(
+        f"times the sweep's n at which it stops in {SELECTION_POWER:g} of the runs, every run's episodes counted "
+        "to its"
+    )
     print("stop or the budget. Bold ratio: the target (<= 50% at K = 8 on a training spread) missed.\n")
     rows = []
     ks = (2, 8) if quick else (2, 8, 32)
@@ -1623,7 +1626,10 @@ def selection_section(reps: int, seed: int, quick: bool = False) -> None:
             rows.append(planned_selection_row(data, 8, "training, gradual", reps, seed, late=True))
     print(table(SELECTION_HEADER, rows))
     print("\nA floor no rule reaches (`selection_floor`): each checkpoint shown worse than the best or within the")
-    print(f"margin of it by one fixed-n, one-sided level-{ALPHA:g} z-test of power {SELECTION_POWER:g} at the true sd, with")
+    print(
+        f"margin of it by one fixed-n, one-sided level-{ALPHA:g} z-test of power {SELECTION_POWER:g} at the true "
+        "sd, with"
+    )
     print("no multiplicity and no price for looking, the best playing the most of them; beside the sweep's episodes.\n")
     floors = []
     for data in SELECTION_DATA:
