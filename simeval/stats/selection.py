@@ -324,7 +324,7 @@ class SequentialSelection:
         if x.ndim != 2 or x.shape[1] != self.arms:
             raise ValueError(f"values must have shape [episodes, {self.arms}] (one column per arm), got {x.shape}.")
         active = self.active
-        late = [a for a in active if self.behind(a)]
+        late = self._lagging()
         if late:
             raise ValueError(
                 f"values: arm {late[0]} rested and plays again: give its {self.behind(late[0])} missed episode(s) "
@@ -346,10 +346,11 @@ class SequentialSelection:
         return self
 
     def catch_up(self, arm: int, missed_values: Sequence[float] | np.ndarray) -> SequentialSelection:
-        """Give an arm that rested and plays again (:attr:`active`, :meth:`behind` > 0) its values on the episodes
-        it missed, in seed order (the looks after its last, on their seeds); its pairs take them look by look, as
-        if it had played them then. Decisions wait for the next :meth:`update`. Returns self."""
-        if arm not in self.active or not self.behind(arm):
+        """Give an arm that rested and plays again (:attr:`active`, with looks it missed: :meth:`behind` episodes)
+        its values on the episodes it missed, in seed order (the looks after its last, on their seeds); its pairs
+        take them look by look, as if it had played them then. Decisions wait for the next :meth:`update`. Returns
+        self."""
+        if arm not in self._lagging():
             raise ValueError(f"missed_values: arm {arm!r} missed no look it must play (it is not behind).")
         x = np.asarray(missed_values, dtype=np.float64)
         if x.ndim != 1 or len(x) != self.behind(arm):
@@ -379,7 +380,7 @@ class SequentialSelection:
         x = np.asarray(past_values, dtype=np.float64)
         if x.ndim != 1 or len(x) != self.n:
             raise ValueError(f"past_values must be one value per episode played so far ({self.n}), got {x.shape}.")
-        if any(self._played[a] < len(self._looks) for a in self.active):
+        if self._lagging():
             raise ValueError(
                 "past_values: an arm that plays again has not caught up (catch_up) yet; add the arm after."
             )
@@ -428,13 +429,17 @@ class SequentialSelection:
         alive = self.alive
         return [(i, j) for jj, j in enumerate(alive) for i in alive[:jj]]
 
+    def _lagging(self) -> list[int]:
+        """The active arms that rested and have not caught up on the looks they missed (:meth:`catch_up`)."""
+        return [a for a in self.active if self._played[a] < len(self._looks)]
+
     def _sync(self) -> None:
         """Feed every pair of alive arms the looks both arms have values for and it has not taken, look by look."""
-        due = [
-            (i, j)
-            for i, j in self._pairs_of_alive()
-            if self._pairs[(i, j)].looks < min(self._played[i], self._played[j])
-        ]
+
+        def lags(pair: tuple[int, int]) -> bool:
+            return self._pairs[pair].looks < min(self._played[pair[0]], self._played[pair[1]])
+
+        due = [p for p in self._pairs_of_alive() if lags(p)]
         while due:
             look = min(self._pairs[p].looks for p in due)
             now = [p for p in due if self._pairs[p].looks == look]
@@ -442,7 +447,7 @@ class SequentialSelection:
                 self._feed(now, look)
             for p in now:
                 self._pairs[p].looks += 1
-            due = [p for p in due if self._pairs[p].looks < min(self._played[p[0]], self._played[p[1]])]
+            due = [p for p in due if lags(p)]
 
     def _feed(self, pairs: list[tuple[int, int]], look: int) -> None:
         """Update ``pairs`` (each has seen every look before ``look``) with look ``look``'s differences."""

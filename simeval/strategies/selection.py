@@ -22,7 +22,7 @@ later plays every look already played (the same seeds) and joins at the next dec
 With a suite (:attr:`SelectionPlan.suite`, its :attr:`~SelectionPlan.cells`) an arm plays look
 ``L`` as one round per cell, each on the cell's look seed (``look_seed`` of its task's seed), and
 its per-episode score is the suite's aggregate (:func:`aggregate`): for episode ``i``, the mean
-over the cells of the ``i``-th return (in the first arm's seed order) normalised by the cell's
+over the cells of the ``i``-th return (in seed order) normalised by the cell's
 task ``reference``; the margin and the bounds (:func:`aggregate_bounds`) are in those units.
 
 Each round is one line, written when it is in: the ordinary line with ``look`` and
@@ -338,10 +338,6 @@ class SelectionStrategy(Strategy):
         from simeval.stats import SequentialSelection
 
         name = f"look {look}"
-
-        def ordered(arm: Arm, k: int) -> list[float]:
-            return self.scores(arm, k)
-
         try:
             if self.sel is None:  # its t-mixture tuned for the budget, where the close calls are decided
                 self.sel = SequentialSelection(
@@ -352,17 +348,17 @@ class SelectionStrategy(Strategy):
                 for arm in members:
                     arm.joined = True
             for arm in members:  # an arm that rested and plays again: the looks it missed first
-                start = self.sel.looks_played(arm.index) if arm.joined else look
-                if start < look:
-                    self.sel.catch_up(arm.index, [v for k in range(start, look) for v in ordered(arm, k)])
+                if arm.joined and self._first(arm) < look:
+                    missed = [v for k in range(self._first(arm), look) for v in self.scores(arm, k)]
+                    self.sel.catch_up(arm.index, missed)
             for arm in members:
                 if not arm.joined:
-                    past = [v for k in range(look) for v in ordered(arm, k)]
+                    past = [v for k in range(look) for v in self.scores(arm, k)]
                     arm.joined = True
                     self.sel.add_arm(past)
             rows = np.full((self.plan.look_every, self.sel.arms), np.nan)
             for arm in members:
-                rows[:, arm.index] = ordered(arm, look)
+                rows[:, arm.index] = self.scores(arm, look)
             self.sel.update(rows)
         except ValueError as exc:
             raise EpisodeError(f"{name}: {exc}") from None
