@@ -346,10 +346,9 @@ class SequentialSelection:
         return self
 
     def catch_up(self, arm: int, missed_values: Sequence[float] | np.ndarray) -> SequentialSelection:
-        """Give an arm that rested and plays again (:attr:`active`, with looks it missed: :meth:`behind` episodes)
-        its values on the episodes it missed, in seed order (the looks after its last, on their seeds); its pairs
-        take them look by look, as if it had played them then. Decisions wait for the next :meth:`update`. Returns
-        self."""
+        """Give an arm that rested and plays again (:attr:`active`, :meth:`behind` > 0) its values on the episodes
+        it missed, in seed order (the looks after its last, on their seeds); its pairs take them look by look, as
+        if it had played them then. Decisions wait for the next :meth:`update`. Returns self."""
         if arm not in self._lagging():
             raise ValueError(f"missed_values: arm {arm!r} missed no look it must play (it is not behind).")
         x = np.asarray(missed_values, dtype=np.float64)
@@ -380,7 +379,7 @@ class SequentialSelection:
         x = np.asarray(past_values, dtype=np.float64)
         if x.ndim != 1 or len(x) != self.n:
             raise ValueError(f"past_values must be one value per episode played so far ({self.n}), got {x.shape}.")
-        if self._lagging():
+        if any(self._played[a] < len(self._looks) for a in self.active):
             raise ValueError(
                 "past_values: an arm that plays again has not caught up (catch_up) yet; add the arm after."
             )
@@ -430,8 +429,9 @@ class SequentialSelection:
         return [(i, j) for jj, j in enumerate(alive) for i in alive[:jj]]
 
     def _lagging(self) -> list[int]:
-        """The active arms that rested and have not caught up on the looks they missed (:meth:`catch_up`)."""
-        return [a for a in self.active if self._played[a] < len(self._looks)]
+        """The active arms that rested and must play the episodes they missed (:meth:`behind`) before the next
+        look."""
+        return [a for a in self.active if self.behind(a)]
 
     def _sync(self) -> None:
         """Feed every pair of alive arms the looks both arms have values for and it has not taken, look by look."""
