@@ -3,7 +3,8 @@
 A condition is a mapping of settings (``{"observation_noise": 0.1,
 "body_mass_scale": [0.8, 1.2]}``); ``{}`` is the nominal env. A setting's value
 is a number, or a ``[low, high]`` range drawn per episode from that episode's
-own seed. Three kinds:
+own seed. Every setting but ``cfg`` is a condition term (:mod:`simeval.condition_terms`: its
+kind, its check, its draw and its effect; installed packages add terms there). The built-in ones:
 
 * applied by simeval around any env (:class:`simeval.envs.perturb.Perturb`,
   below VecNorm): ``observation_noise`` (Gaussian std, in the observation's own
@@ -16,7 +17,8 @@ own seed. Three kinds:
   policy of action chunks plays the previous chunk's tail (:data:`WHILE_WAITING`)),
   ``action_scale`` (the action is multiplied by it: actuator strength; the env's own
   limits still apply);
-* simulator-native, on the native MuJoCo env (``backend="native"``):
+* simulator-native, applied by the simulators that list them (``Simulator.terms``; native MuJoCo,
+  ``backend="native"``):
   ``body_mass_scale`` (every body's mass and inertia), ``friction_scale``
   (every geom's friction coefficients), ``gravity`` (its vertical component,
   m/s^2, nominal -9.81);
@@ -36,7 +38,6 @@ No torch here.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,45 +45,27 @@ from typing import Any
 
 import numpy as np
 
-# Applied by simeval around any env.
-GENERIC = ("observation_noise", "action_noise", "action_delay", "inference_delay", "action_scale")
-# Set in the simulation itself; the native MuJoCo env only.
-PHYSICS = ("body_mass_scale", "friction_scale", "gravity")
+from simeval.condition_terms import KINDS, registered, term
+
 CFG = "cfg"
 # inference_delay's modes, what the env plays while an answer is on its way: "hold" (the default) the last answer,
 # applied by the Perturb transform around the env; "tail" the rest of the previous action chunk, played by the
 # worker's chunk player (simeval.policy_kinds.acting.ActingPolicy), which alone knows the chunks.
 WHILE_WAITING = ("hold", "tail")
 _DELAY_KEYS = ("steps", "while_waiting")
-SETTINGS = (*GENERIC, *PHYSICS)
-# The kind of each setting: what a simulator must be able to do to apply it (a simulator declares the kinds
-# it applies, simeval.envs.simulators.Simulator.capabilities). Words for messages beside each kind.
-KINDS = {
-    "observation": "the observation the policy sees",
-    "action": "the action the env receives",
-    "physics": "model physics",
-    "task_config": "the task's config",
-}
-KIND_OF = {
-    "observation_noise": "observation",
-    "action_noise": "action",
-    "action_delay": "action",
-    "inference_delay": "action",
-    "action_scale": "action",
-    **dict.fromkeys(PHYSICS, "physics"),
-    CFG: "task_config",
-}
-# name -> (lowest allowed value, whether it may equal it, whether it is a whole number)
-_RULES: dict[str, tuple[float | None, bool, bool]] = {
-    "observation_noise": (0.0, True, False),
-    "action_noise": (0.0, True, False),
-    "action_delay": (0.0, True, True),
-    "inference_delay": (0.0, True, True),
-    "action_scale": (0.0, False, False),
-    "body_mass_scale": (0.0, False, False),
-    "friction_scale": (0.0, True, False),
-    "gravity": (None, True, False),
-}
+__all__ = ["KINDS"]  # the kinds of settings: simeval.condition_terms.KINDS
+
+
+def kind_of(name: str) -> str:
+    """The kind of setting ``name`` (a key of :data:`KINDS`): its term's, ``task_config`` for ``cfg``."""
+    if name == CFG:
+        return "task_config"
+    found = term(name)
+    if found is None:
+        raise KeyError(name)
+    return found.kind
+
+
 _MASK32 = 0xFFFFFFFF
 # cfg overrides are data: a path part with one of these names (or ending in _<name>) is a field the simulator
 # calls or instantiates (a manager term's func, an asset's class_type, mjlab's spec_fn), never set from a file.
@@ -170,11 +153,12 @@ class Condition:
             elif name == "inference_delay" and isinstance(value, Mapping):
                 value, while_waiting = _delay_mapping(value, f"{where}.{name}")
                 values[name] = _parse_value(name, value, f"{where}.{name}.steps")
-            elif name in _RULES:
+            elif term(name) is not None:
                 values[name] = _parse_value(name, value, f"{where}.{name}")
             else:
+                names = ", ".join(t.name for t in registered())
                 raise ValueError(
-                    f"{where}: unknown setting {name!r}; settings are {', '.join(SETTINGS)} and {CFG} "
+                    f"{where}: unknown setting {name!r}; settings are {names} and {CFG} "
                     "(task-config overrides by dotted path)."
                 )
         return cls(values, cfg, while_waiting)
@@ -184,25 +168,15 @@ class Condition:
         """Whether the condition changes nothing."""
         return not self.values and not self.cfg
 
-    @property
-    def generic(self) -> dict[str, float | tuple[float, float]]:
-        """The settings simeval applies around the env."""
-        return {k: v for k, v in self.values.items() if k in GENERIC}
-
-    @property
-    def physics(self) -> dict[str, float | tuple[float, float]]:
-        """The simulator-native settings (native MuJoCo env)."""
-        return {k: v for k, v in self.values.items() if k in PHYSICS}
-
     def settings_of(self, kind: str) -> tuple[str, ...]:
         """The settings of this condition of ``kind`` (a key of :data:`KINDS`), in file order."""
         names = (*self.values, *([CFG] if self.cfg else []))
-        return tuple(name for name in names if KIND_OF[name] == kind)
+        return tuple(name for name in names if kind_of(name) == kind)
 
     @property
     def kinds(self) -> frozenset[str]:
         """The kinds of its settings: what a simulator needs to apply it."""
-        return frozenset(KIND_OF[name] for name in (*self.values, *([CFG] if self.cfg else [])))
+        return frozenset(kind_of(name) for name in (*self.values, *([CFG] if self.cfg else [])))
 
     @property
     def ranged(self) -> tuple[str, ...]:
@@ -216,11 +190,7 @@ class Condition:
         for name in sorted(self.values):
             value = self.values[name]
             if isinstance(value, tuple):
-                low, high = value
-                if _RULES[name][2]:
-                    out[name] = float(rng.integers(int(low), int(high), endpoint=True))
-                else:
-                    out[name] = float(rng.uniform(low, high))
+                out[name] = term(name).draw(rng, *value)  # type: ignore[union-attr]
             else:
                 out[name] = float(value)
         return out
@@ -274,14 +244,7 @@ def _parse_value(name: str, value: Any, where: str) -> float | tuple[float, floa
 
 
 def _check_bounds(name: str, value: float, where: str) -> None:
-    least, inclusive, whole = _RULES[name]
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: {value} is not a finite number.")
-    if whole and value != int(value):
-        raise ValueError(f"{where}: {name} is a whole number of steps, got {value}.")
-    if least is not None and (value < least or (value == least and not inclusive)):
-        bound = ">=" if inclusive else ">"
-        raise ValueError(f"{where}: {name} must be {bound} {least:g}, got {value:g}.")
+    term(name).check(value, where)  # type: ignore[union-attr]
 
 
 def _is_number(value: Any) -> bool:

@@ -6,8 +6,16 @@ observation noise is in the observation's own units). At each reset it starts
 the reset sub-envs' next episodes (on an env that resets itself inside
 ``step``, as Isaac Lab does, at each step's done flags instead): episode ``k`` of global sub-env ``i`` gets
 :func:`simeval.conditions.episode_seed` ``(seed, i, k)``, its ranged settings
-are drawn from that seed (and kept in :attr:`Perturb.draws`), and the native
-MuJoCo env gets the episode's physics before its initial state is computed.
+are drawn from that seed (and kept in :attr:`Perturb.draws`), and the settings only a
+simulator applies (native MuJoCo's physics) reach it, through the function its simulator
+handed over, before the episode's initial state is computed.
+
+Each setting is a condition term (:mod:`simeval.condition_terms`): this transform plays
+the terms of kind ``observation`` (:meth:`~simeval.condition_terms.ConditionTerm.observe`
+on every floating-point observation key but camera images) and ``action``
+(``inference_delay``'s hold and ``action_delay``'s history first, then the others'
+:meth:`~simeval.condition_terms.ConditionTerm.act` by their order), with each sub-env's
+value for its current episode, its episode seed and its step.
 
 ``inference_delay`` holds the last answer while the next is on its way, here, for any
 policy. Its chunk-tail mode (``{steps: d, while_waiting: tail}``) is played where the action
@@ -15,16 +23,13 @@ chunks are, by the worker's chunk player: :func:`chunk_tail_delays` hands it eac
 delay and stops this transform's hold (a policy of single actions has no chunk, and its
 tail is the hold: this transform keeps it).
 
-The noise is counter-based: the value added at step ``t`` to component ``j`` is
-a hash of (episode seed, t, j, stream), turned Gaussian (Box-Muller). No
-generator state is carried, so an episode's noise is the same whatever other
-sub-envs, batch sizes, workers or devices run beside it: the common random
+The noise is counter-based (:mod:`simeval.noise`), so an episode's noise is the same
+whatever other sub-envs, batch sizes, workers or devices run beside it: the common random
 numbers a paired comparison needs.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -33,37 +38,16 @@ from tensordict import TensorDictBase
 from torchrl.envs import EnvBase, TransformedEnv
 from torchrl.envs.transforms import Compose, Transform
 
-from simeval.conditions import Condition, episode_seed, round_seed
+from simeval.condition_terms import STATEFUL, term
+from simeval.conditions import Condition, episode_seed, kind_of, round_seed
 from simeval.envs.layout import IMAGE_PREFIX, resets_itself
+from simeval.noise import _mix, hashed_normal
 
-# splitmix64's constants, as signed int64 (torch has no uint64 arithmetic).
-_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
-_M1 = 0xBF58476D1CE4E5B9 - (1 << 64)
-_M2 = 0x94D049BB133111EB - (1 << 64)
-_OBS, _ACT = 1, 2  # noise streams
-
-
-def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 values read as uint64."""
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finaliser (wrapping int64 arithmetic is uint64 arithmetic bit for bit)."""
-    x = (x ^ _shr(x, 30)) * _M1
-    x = (x ^ _shr(x, 27)) * _M2
-    return x ^ _shr(x, 31)
-
-
-def hashed_normal(seeds: torch.Tensor, steps: torch.Tensor, width: int, stream: int) -> torch.Tensor:
-    """Standard normal noise, [E, width] float64, a pure function of (seed, step, component, stream) per row."""
-    device = seeds.device
-    key = _mix(_mix(seeds.long() * _GOLDEN + stream) ^ steps.long())
-    j = torch.arange(2 * width, device=device, dtype=torch.long)
-    bits = _mix(key.unsqueeze(-1) + (j + 1) * _GOLDEN)
-    u = (_shr(bits, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
-    u1, u2 = u[:, :width], u[:, width:]
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+__all__ = ["Perturb", "chunk_tail_delays", "find_perturb", "hashed_normal", "perturbed", "_mix"]
+AROUND_ENV = ("observation", "action")
+"""The kinds of terms this transform plays around any env; a term of another kind is its simulator's to apply."""
+SimulatorTerms = Callable[[np.ndarray, dict[str, np.ndarray]], None]
+"""How a simulator applies its own terms: (local sub-env ids, each setting's value per id), before their reset."""
 
 
 class Perturb(Transform):
@@ -75,10 +59,17 @@ class Perturb(Transform):
         observation_keys: the observations that get noise (None: every
             floating-point leaf of the env's observation spec but camera images).
         action_key: the action the delay, scale and noise apply to.
+        simulator_terms: how the simulator applies the condition's settings of other kinds than
+            observation and action (``Simulator.term_setter``); a condition with such settings and
+            no simulator to apply them is a ValueError.
     """
 
     def __init__(
-        self, condition: Condition, observation_keys: list | None = None, action_key: str | tuple = "action"
+        self,
+        condition: Condition,
+        observation_keys: list | None = None,
+        action_key: str | tuple = "action",
+        simulator_terms: SimulatorTerms | None = None,
     ) -> None:
         super().__init__(in_keys=[], out_keys=[])
         self.condition = condition
@@ -92,6 +83,18 @@ class Perturb(Transform):
         self._native_autoreset = False
         self._tail_played_elsewhere = False  # chunk_tail_delays handed inference_delay to the chunk player
         self._max_delay = int(_high(condition.values.get("action_delay", 0)))
+        self._native = tuple(name for name in condition.values if kind_of(name) not in AROUND_ENV)
+        if self._native and simulator_terms is None:
+            raise ValueError(
+                f"condition {condition.as_data()}: no simulator here applies {', '.join(self._native)} "
+                "(a simulator that does hands its terms to Perturb)."
+            )
+        self._simulator_terms = simulator_terms
+        names = [name for name in condition.values if kind_of(name) in AROUND_ENV]
+        self._observe = sorted((term(n) for n in names if kind_of(n) == "observation"), key=lambda t: t.order)
+        self._act = sorted(
+            (term(n) for n in names if kind_of(n) == "action" and n not in STATEFUL), key=lambda t: t.order
+        )
 
     # -- rounds ---------------------------------------------------------
     def start_round(self, seed: int, first_sub_env: int = 0) -> None:
@@ -144,9 +147,7 @@ class Perturb(Transform):
             "ordinal": torch.full((n,), -1, dtype=torch.long),
             "seed": torch.zeros(n, dtype=torch.long, device=device),
             "t": torch.zeros(n, dtype=torch.long, device=device),
-            "observation_noise": torch.zeros(n, **zeros),
-            "action_noise": torch.zeros(n, **zeros),
-            "action_scale": torch.ones(n, **zeros),
+            **{t.name: torch.zeros(n, **zeros) for t in (*self._observe, *self._act)},
             "action_delay": torch.zeros(n, dtype=torch.long, device=device),
             "inference_delay": torch.zeros(n, dtype=torch.long, device=device),
             "history": torch.zeros(n, self._max_delay + 1, action_width, **zeros),
@@ -157,7 +158,8 @@ class Perturb(Transform):
 
     # -- episodes -----------------------------------------------------------
     def _begin(self, ids: torch.Tensor) -> None:
-        """Start the next episode of sub-envs ``ids`` (CPU): ordinals, seeds, draws, native physics, t and history."""
+        """Start the next episode of sub-envs ``ids`` (CPU): ordinals, seeds, draws, the simulator's terms, t and
+        history."""
         state = self._ensure_state()
         if self._base is None:
             self.start_round(round_seed(None))
@@ -175,16 +177,16 @@ class Perturb(Transform):
         device = state["seed"].device
         dev_ids = ids.to(device)
         state["seed"][dev_ids] = torch.tensor(seeds, dtype=torch.long, device=device)
-        for name in ("observation_noise", "action_noise", "action_scale", "action_delay", "inference_delay"):
+        for name in (*STATEFUL, *(t.name for t in (*self._observe, *self._act))):
             if name in drawn:
                 state[name][dev_ids] = torch.tensor(drawn[name], dtype=state[name].dtype, device=device)
         state["t"][dev_ids] = 0
         state["history"][dev_ids] = 0.0
         state["held"][dev_ids] = 0.0
         state["asked"][dev_ids] = 0.0
-        physics = {name: np.asarray(drawn[name]) for name in self.condition.physics}
-        if physics:
-            self._env().set_physics(ids.numpy().astype(np.int64), physics)
+        if self._native:
+            native = {name: np.asarray(drawn[name], dtype=np.float64) for name in self._native}
+            self._simulator_terms(ids.numpy().astype(np.int64), native)
 
     def _reset_env_preprocess(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
         """Start the reset sub-envs' next episodes before the env resets them (physics must be set first)."""
@@ -201,7 +203,7 @@ class Perturb(Transform):
         ids = self._pending if self._pending is not None else torch.arange(state["t"].numel())
         self._pending = None
         if ids.numel():
-            self._observation_noise(tensordict_reset, ids.to(state["t"].device))
+            self._observation_terms(tensordict_reset, ids.to(state["t"].device))
         return tensordict_reset
 
     # -- steps --------------------------------------------------------------
@@ -214,13 +216,13 @@ class Perturb(Transform):
             ids = done.cpu().nonzero().squeeze(-1)
             if ids.numel():
                 self._begin(ids)
-        self._observation_noise(next_tensordict, None)
+        self._observation_terms(next_tensordict, None)
         return next_tensordict
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         values = self.condition.values
         holds = "inference_delay" in values and not self._tail_played_elsewhere
-        if not holds and not any(name in values for name in ("action_noise", "action_delay", "action_scale")):
+        if not holds and "action_delay" not in values and not self._act:
             return tensordict
         state = self._ensure_state()
         action = tensordict.get(self.action_key)
@@ -240,28 +242,27 @@ class Perturb(Transform):
             history[:, -1] = applied
             rows = torch.arange(n, device=history.device)
             applied = history[rows, self._max_delay - state["action_delay"]]
-        if "action_scale" in values:
-            applied = applied * state["action_scale"].unsqueeze(-1)
-        if "action_noise" in values:
-            noise = hashed_normal(state["seed"], state["t"], applied.shape[-1], _ACT)
-            applied = applied + state["action_noise"].unsqueeze(-1) * noise
+        for t in self._act:
+            applied = t.act(applied, state[t.name], state["seed"], state["t"])
         tensordict = tensordict.copy()
         tensordict.set(self.action_key, applied.to(action.dtype).reshape(action.shape))
         return tensordict
 
-    def _observation_noise(self, td: TensorDictBase, ids: torch.Tensor | None) -> None:
-        if "observation_noise" not in self.condition.values:
+    def _observation_terms(self, td: TensorDictBase, ids: torch.Tensor | None) -> None:
+        if not self._observe:
             return
         state = self._state
         rows = slice(None) if ids is None else ids
-        seeds, steps, std = state["seed"][rows], state["t"][rows], state["observation_noise"][rows]
-        for stream, key in enumerate(self.observation_keys):
+        seeds, steps = state["seed"][rows], state["t"][rows]
+        for index, key in enumerate(self.observation_keys):
             obs = td.get(key)
             flat = obs.reshape(state["t"].numel(), -1)
-            noise = hashed_normal(seeds, steps, flat.shape[-1], _OBS + 16 * stream)
-            noisy = flat.clone()
-            noisy[rows] = (flat[rows].double() + std.unsqueeze(-1) * noise).to(obs.dtype)
-            td.set(key, noisy.reshape(obs.shape))
+            seen = flat[rows].double()
+            for t in self._observe:
+                seen = t.observe(seen, state[t.name][rows], seeds, steps, index)
+            out = flat.clone()
+            out[rows] = seen.to(obs.dtype)
+            td.set(key, out.reshape(obs.shape))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Nothing outside an env: a condition acts on env steps only."""
@@ -304,12 +305,13 @@ def chunk_tail_delays(env: EnvBase) -> Callable[[], torch.Tensor] | None:
     return perturb.hand_over_tail()
 
 
-def perturbed(base: EnvBase, condition: Condition) -> EnvBase:
-    """``base`` itself for a nominal condition, else ``base`` under a :class:`Perturb`.
+def perturbed(base: EnvBase, condition: Condition, simulator_terms: SimulatorTerms | None = None) -> EnvBase:
+    """``base`` itself for a nominal condition, else ``base`` under a :class:`Perturb` (``simulator_terms``: how the
+    simulator applies its own terms to ``base``, :meth:`simeval.envs.simulators.Simulator.term_setter`).
 
     The Perturb sits directly around the base env, below the layout, so ``OBS_NORM_ID``
     still names the VecNormV2.
     """
     if not condition.values:
         return base
-    return TransformedEnv(base, Perturb(condition), auto_unwrap=False)
+    return TransformedEnv(base, Perturb(condition, simulator_terms=simulator_terms), auto_unwrap=False)

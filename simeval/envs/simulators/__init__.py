@@ -173,6 +173,14 @@ def check_condition(name: str, condition: Condition, backend: str | None = None)
         if own is not None:
             raise ValueError(own)
         raise ValueError(_refusal(name, sim, kind, settings))
+    for setting in condition.values:
+        if not sim.applies(setting):
+            able = [s.title for s in registered() if s.applies(setting)]
+            who = f"{' and '.join(able)} only" if able else "no simulator installed here"
+            raise ValueError(
+                f"{setting} is applied by {who}; {name} is built on the {sim.name} backend, which does not apply "
+                "it: give it other conditions."
+            )
 
 
 def _refusal(name: str, sim: Simulator, kind: str, settings: tuple[str, ...]) -> str:

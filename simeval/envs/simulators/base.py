@@ -16,13 +16,15 @@ env it built (:meth:`~Simulator.owns`), which round engine runs rounds
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    import numpy as np
     from torchrl.envs import EnvBase, TransformedEnv
 
+    from simeval.condition_terms import ConditionTerm
     from simeval.conditions import Condition
     from simeval.envs.layout import PlainTransforms
 
@@ -85,6 +87,10 @@ class Simulator(ABC):
         prefix: its env ids are ``"<prefix>:<task>"``; ``None`` for a simulator of
             gymnasium ids, picked by ``backend`` or by :meth:`default_for`.
         capabilities: the condition kinds it applies (keys of :data:`simeval.conditions.KINDS`).
+        terms: the condition terms only it can apply (physics, the initial state, cameras: subclasses
+            of the declarations in :mod:`simeval.condition_terms` with their ``apply``), each written into
+            its sub-envs before their next reset through :meth:`term_setter`; a condition naming a term
+            of such a kind that it does not list is refused, naming the simulators that list it.
         fallback: a simulator of gymnasium ids that builds any id no other one claims by
             default (gymnasium itself).
         init_fn: the ``--init-fn`` hook its worker processes need before torch is imported
@@ -105,6 +111,7 @@ class Simulator(ABC):
     title: ClassVar[str]
     prefix: ClassVar[str | None] = None
     capabilities: ClassVar[frozenset[str]] = frozenset({"observation", "action"})
+    terms: ClassVar[tuple[ConditionTerm, ...]] = ()
     fallback: ClassVar[bool] = False
     init_fn: ClassVar[str | None] = None
     render_env: ClassVar[Mapping[str, str]] = {}
@@ -145,6 +152,21 @@ class Simulator(ABC):
 
     def task_config(self, name: str) -> Any | None:
         """The task's env config built without its env (what ``cfg`` overrides are checked against); else None."""
+        return None
+
+    def applies(self, setting: str) -> bool:
+        """Whether it applies the condition setting ``setting``: a kind it declares, and for a setting of a kind
+        only simulators apply (not observation, action or task_config), a term it lists in :attr:`terms`."""
+        from simeval.conditions import kind_of
+
+        kind = kind_of(setting)
+        if kind not in self.capabilities:
+            return False
+        return kind in ("observation", "action", "task_config") or any(t.name == setting for t in self.terms)
+
+    def term_setter(self, base: EnvBase) -> Callable[[np.ndarray, dict[str, np.ndarray]], None] | None:
+        """How ``base`` (an env it built, under no transform) takes its :attr:`terms`' values for its sub-envs
+        ``ids`` before their next reset (:class:`simeval.envs.perturb.Perturb` calls it); None: it lists none."""
         return None
 
     def refusal(self, name: str, kind: str, settings: tuple[str, ...]) -> str | None:

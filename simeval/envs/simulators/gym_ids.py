@@ -41,7 +41,7 @@ class GymIdSimulator(Simulator):
         from simeval.envs.perturb import perturbed
 
         base = self.base_env(request)
-        env = TransformedEnv(perturbed(base, request.condition), auto_unwrap=False)
+        env = TransformedEnv(perturbed(base, request.condition, self.term_setter(base)), auto_unwrap=False)
         append_layout(
             env,
             request.max_steps,

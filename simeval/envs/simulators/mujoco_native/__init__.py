@@ -13,8 +13,12 @@ from typing import TYPE_CHECKING
 from simeval.envs.simulators.base import DirectRound, EnvRequest
 from simeval.envs.simulators.gym_ids import GymIdSimulator
 from simeval.envs.simulators.mujoco_native.gl import headless_gl
+from simeval.envs.simulators.mujoco_native.terms import TERMS as MUJOCO_TERMS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
     from torchrl.envs import EnvBase
 
 # What it runs (simeval.envs.simulators.mujoco_native.tasks.TASKS).
@@ -36,6 +40,7 @@ class NativeMujoco(GymIdSimulator):
     render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads (headless_env picks EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
     capabilities = frozenset({"observation", "action", "physics"})
+    terms = MUJOCO_TERMS
     cameras = True
 
     def tasks(self) -> tuple[str, ...]:
@@ -66,6 +71,10 @@ class NativeMujoco(GymIdSimulator):
             cameras=tuple(options.get("cameras") or ()),
             image_size=options.get("image_size") or (64, 64),
         )
+
+    def term_setter(self, base: EnvBase) -> Callable[[np.ndarray, dict[str, np.ndarray]], None]:
+        """``MujocoBatchEnv.set_terms``: each of :attr:`terms` written into the sub-envs' own models."""
+        return base.set_terms
 
     def owns(self, base: EnvBase) -> bool:
         """A MujocoBatchEnv (its module is loaded once one was built)."""

@@ -256,17 +256,18 @@ class MujocoBatchEnv(EnvBase):
             g.reset(local, self._rngs[g.rows], self._init)
             self.elapsed[g.rows][slice(None) if local is None else local] = 0
 
-    def set_physics(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        """Give the sub-envs ``ids`` their own physics before their next reset (see ``SimGroup.set_physics``).
+    def set_terms(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """Give the sub-envs ``ids`` their own settings before their next reset (see ``SimGroup.set_terms``).
 
-        ``values`` maps ``body_mass_scale``, ``friction_scale`` or ``gravity`` to
-        one value per id (:class:`simeval.envs.perturb.Perturb` draws them per episode).
+        ``values`` maps a term native MuJoCo applies (``NativeMujoco.terms``: ``body_mass_scale``,
+        ``friction_scale``, ``gravity``, ...) to one value per id (:class:`simeval.envs.perturb.Perturb`
+        draws them per episode).
         """
         ids = np.asarray(ids, dtype=np.int64)
         for g in self.groups:
             inside = (ids >= g.first) & (ids < g.first + g.size)
             if inside.any():
-                g.set_physics(ids[inside] - g.first, {k: np.asarray(v)[inside] for k, v in values.items()})
+                g.set_terms(ids[inside] - g.first, {k: np.asarray(v)[inside] for k, v in values.items()})
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         seed = kwargs.get("seed")

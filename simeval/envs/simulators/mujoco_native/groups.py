@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simeval.envs.simulators.mujoco_native.tasks import Sim
+from simeval.envs.simulators.mujoco_native.terms import TERMS
 
 if TYPE_CHECKING:
     import mujoco
@@ -86,26 +87,17 @@ class SimGroup:
         self.batch.forward(ids)
         sim.cfrc_ext[slice(None) if ids is None else ids] = 0.0  # mj_resetData clears it, mj_forward does not fill it
 
-    def set_physics(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        """Per-simulation physics for the local sub-envs ``ids``, relative to the nominal model.
-
-        ``body_mass_scale`` scales every body's mass and inertia (a uniformly denser
-        robot: its centre of mass stays put), ``friction_scale`` every geom's
-        friction coefficients, ``gravity`` sets gravity's vertical component.
-        Derived constants follow (``mj_setConst`` per simulation).
-        """
-        model, batch = self.model, self.batch
-        if "body_mass_scale" in values:
-            scale = np.asarray(values["body_mass_scale"], dtype=np.float64)
-            batch.expand("body_mass")[ids] = model.body_mass * scale[:, None]
-            batch.expand("body_inertia")[ids] = model.body_inertia * scale[:, None, None]
-        if "friction_scale" in values:
-            scale = np.asarray(values["friction_scale"], dtype=np.float64)
-            batch.expand("geom_friction")[ids] = model.geom_friction * scale[:, None, None]
-        if "gravity" in values:
-            batch.expand("opt.gravity")[ids, 2] = np.asarray(values["gravity"], dtype=np.float64)
-        if "body_mass_scale" in values or "gravity" in values:
-            batch.set_const()
+    def set_terms(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """Per-simulation settings for the local sub-envs ``ids``, relative to the nominal model: each setting by its
+        term (:mod:`simeval.envs.simulators.mujoco_native.terms`), then the derived constants where a term needs
+        them (``mj_setConst`` per simulation)."""
+        by_name = {t.name: t for t in TERMS}
+        constants = False
+        for name in by_name:  # the terms' own order, whatever order the condition named them in
+            if name in values:
+                constants = by_name[name].apply(self, ids, values[name]) or constants
+        if constants:
+            self.batch.set_const()
 
     def observe(self, obs_out: np.ndarray) -> np.ndarray:
         """Write the group's current observations into ``obs_out`` (size, obs_dim) and return it."""

@@ -1,0 +1,236 @@
+"""Condition terms: one seam for what a condition setting is, how its value is checked and drawn, and what it acts on.
+
+A *term* is one setting a condition may name (``observation_noise: 0.1``, ``body_mass_scale:
+[0.8, 1.2]``): its name, its kind (what a simulator must be able to change to apply it: the
+keys of :data:`KINDS`, which simulators declare in ``Simulator.capabilities``), when it acts
+(``reset``: once per episode, before its initial state; ``step``: at every step), the check of
+its value (the least allowed value, whether it may equal it, whether it is a whole number) and
+its draw from an episode's seed (uniform, or uniform over whole numbers).
+
+Where a term acts depends on its kind. Terms of kind ``observation`` and ``action`` act around
+any env, in :class:`simeval.envs.perturb.Perturb`: each episode's value of the term and the
+episode's seed and step reach the term's :meth:`ConditionTerm.observe` or
+:meth:`ConditionTerm.act`, which return the observation the policy sees or the action the env
+gets (batched over sub-envs, float64). Two built-in action terms carry state across steps
+(``inference_delay`` holds an answer, ``action_delay`` a history); Perturb plays them first, then
+every other action term by :attr:`ConditionTerm.order`. Terms of other kinds change what only a
+simulator can: a simulator lists the terms it applies (``Simulator.terms``, subclasses of the
+declarations here with their ``apply``), and hands them the episode's values before each reset.
+
+The built-in terms are today's settings with their rules unchanged. Installed packages add
+terms through the entry-point group ``simeval.conditions`` (a :class:`ConditionTerm`
+subclass or instance; a name already taken is a one-line error). A data file names a term;
+it never names code: only installed terms are known. No torch at import, no simulator here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from simeval.noise import ACTION_STREAM, OBSERVATION_STREAM, hashed_normal
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+KINDS = {
+    "observation": "the observation the policy sees",
+    "action": "the action the env receives",
+    "physics": "model physics",
+    "task_config": "the task's config",
+}
+"""The kinds of settings: what a simulator must be able to change to apply one (words for messages beside each)."""
+WHEN = ("reset", "step")
+ENTRY_POINT_GROUP = "simeval.conditions"
+
+
+class ConditionTerm:
+    """One condition setting: its name, kind, when it acts, the check of its value and its draw.
+
+    Subclasses set the class attributes; :meth:`check` and :meth:`draw` follow them (override
+    either for a rule they cannot say).
+    """
+
+    name: ClassVar[str]
+    kind: ClassVar[str]
+    """One of :data:`KINDS`."""
+    when: ClassVar[str] = "step"
+    """``reset`` (set once per episode, before its initial state) or ``step`` (acts at every step)."""
+    least: ClassVar[float | None] = 0.0
+    """The least allowed value (None: any)."""
+    inclusive: ClassVar[bool] = True
+    """Whether the value may equal :attr:`least`."""
+    whole: ClassVar[bool] = False
+    """Whether the value is a whole number (a range is then drawn over whole numbers)."""
+    summary: ClassVar[str] = ""
+    """What the setting does, in a line (docs and messages)."""
+    order: ClassVar[int] = 100
+    """Where it acts among the terms of its kind (lower first; the built-ins use 10 and 20)."""
+
+    def check(self, value: float, where: str) -> None:
+        """A one-line ValueError (starting with ``where``) unless ``value`` is allowed."""
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: {value} is not a finite number.")
+        if self.whole and value != int(value):
+            raise ValueError(f"{where}: {self.name} is a whole number of steps, got {value}.")
+        least = self.least
+        if least is not None and (value < least or (value == least and not self.inclusive)):
+            bound = ">=" if self.inclusive else ">"
+            raise ValueError(f"{where}: {self.name} must be {bound} {least:g}, got {value:g}.")
+
+    def draw(self, rng: np.random.Generator, low: float, high: float) -> float:
+        """A value of the range ``[low, high]`` for one episode, from the episode's generator ``rng``."""
+        if self.whole:
+            return float(rng.integers(int(low), int(high), endpoint=True))
+        return float(rng.uniform(low, high))
+
+    def observe(
+        self, observation: torch.Tensor, value: torch.Tensor, seeds: torch.Tensor, t: torch.Tensor, key: int
+    ) -> torch.Tensor:
+        """Kind ``observation``: the observation the policy sees instead of ``observation``.
+
+        Args:
+            observation: one observation key's values, [E, width] float64, for E sub-envs.
+            value: each sub-env's value of this term for its current episode, [E] float64.
+            seeds: each sub-env's episode seed (:func:`simeval.conditions.episode_seed`), [E] long.
+            t: each sub-env's step in its episode (0 at the reset), [E] long.
+            key: the observation key's index among the keys the condition acts on (a noise stream apart).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not say how it changes the observation.")
+
+    def act(self, action: torch.Tensor, value: torch.Tensor, seeds: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Kind ``action``: the action the env gets instead of ``action`` ([E, width] float64; the other
+        arguments as for :meth:`observe`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it changes the action.")
+
+
+class PhysicsTerm(ConditionTerm):
+    """A setting a simulator applies to each simulation's model before the episode's reset (kind ``physics``).
+
+    The declaration (name, rules) is registered here, so that a condition naming it parses and
+    draws without any simulator loaded; the simulator that applies it lists a subclass with its
+    :meth:`apply` (``Simulator.terms``), which writes the setting into the sub-envs ``ids`` of the
+    simulator's own batch object.
+    """
+
+    kind: ClassVar[str] = "physics"
+    when: ClassVar[str] = "reset"
+
+    def apply(self, target: Any, ids: np.ndarray, values: np.ndarray) -> bool:
+        """Set this term's ``values`` (one per sub-env of ``ids``) in ``target``, the simulator's batch of
+        simulations; return whether the model's derived constants must be computed again."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it changes the model.")
+
+
+class BodyMassScale(PhysicsTerm):
+    """``body_mass_scale``: every body's mass and inertia scaled (its centre of mass stays put)."""
+
+    name, inclusive = "body_mass_scale", False
+    summary = "every body's mass and inertia scaled"
+
+
+class FrictionScale(PhysicsTerm):
+    """``friction_scale``: every geom's friction coefficients scaled."""
+
+    name = "friction_scale"
+    summary = "every geom's friction coefficients scaled"
+
+
+class Gravity(PhysicsTerm):
+    """``gravity``: gravity's vertical component, m/s^2 (nominal -9.81)."""
+
+    name, least = "gravity", None
+    summary = "gravity's vertical component, m/s^2 (nominal -9.81)"
+
+
+class ObservationNoise(ConditionTerm):
+    """``observation_noise``: Gaussian std added to the observation, in its units."""
+
+    name, kind, summary = "observation_noise", "observation", "Gaussian std added to the observation, in its units"
+
+    def observe(
+        self, observation: torch.Tensor, value: torch.Tensor, seeds: torch.Tensor, t: torch.Tensor, key: int
+    ) -> torch.Tensor:
+        """Add ``value`` times counter-based normal noise (:mod:`simeval.noise`, the key's own stream)."""
+        noise = hashed_normal(seeds, t, observation.shape[-1], OBSERVATION_STREAM + 16 * key)
+        return observation + value.unsqueeze(-1) * noise
+
+
+class ActionNoise(ConditionTerm):
+    """``action_noise``: Gaussian std added to the action the env gets."""
+
+    name, kind, summary, order = "action_noise", "action", "Gaussian std added to the action the env gets", 20
+
+    def act(self, action: torch.Tensor, value: torch.Tensor, seeds: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Add ``value`` times counter-based normal noise (:mod:`simeval.noise`)."""
+        return action + value.unsqueeze(-1) * hashed_normal(seeds, t, action.shape[-1], ACTION_STREAM)
+
+
+class ActionDelay(ConditionTerm):
+    """``action_delay``: the env gets the action of k steps earlier (zeros first). Perturb keeps each sub-env's
+    history of actions and plays it (:attr:`STATEFUL`)."""
+
+    name, kind, whole = "action_delay", "action", True
+    summary = "the env gets the action of k steps earlier (zeros first)"
+
+
+class InferenceDelay(ConditionTerm):
+    """``inference_delay``: the policy's answer reaches the env d steps late. Perturb holds each sub-env's answer
+    on its way and plays it (:attr:`STATEFUL`), or hands the wait to the chunk player (``while_waiting: tail``)."""
+
+    name, kind, whole = "inference_delay", "action", True
+    summary = "the policy's answer reaches the env d steps late"
+
+
+class ActionScale(ConditionTerm):
+    """``action_scale``: the action is multiplied by it (actuator strength)."""
+
+    name, kind, inclusive, order = "action_scale", "action", False, 10
+    summary = "the action is multiplied by it (actuator strength)"
+
+    def act(self, action: torch.Tensor, value: torch.Tensor, seeds: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Multiply the action by ``value``."""
+        return action * value.unsqueeze(-1)
+
+
+STATEFUL = ("inference_delay", "action_delay")
+"""The action terms Perturb plays itself, in this order, before the others: each keeps state across an episode's
+steps (an answer on its way, a history of actions)."""
+
+
+BUILT_IN: tuple[ConditionTerm, ...] = (
+    ObservationNoise(), ActionNoise(), ActionDelay(), InferenceDelay(), ActionScale(),
+    BodyMassScale(), FrictionScale(), Gravity(),
+)  # fmt: skip
+"""The terms simeval applies around any env (:class:`simeval.envs.perturb.Perturb`), then the declarations of the
+physics terms whose effect the simulators that apply them give (``Simulator.terms``)."""
+
+
+@functools.cache
+def registered() -> tuple[ConditionTerm, ...]:
+    """Every term: the built-ins, then installed packages' ``simeval.conditions`` entry points.
+
+    An entry point names a :class:`ConditionTerm` subclass (or instance); one that does not load,
+    is not one, has an unknown kind or ``when``, or takes a name already taken is a one-line
+    ValueError naming it.
+    """
+    from simeval.plugins import plugins
+
+    found: list[ConditionTerm] = list(BUILT_IN)
+    for where, term in plugins(ENTRY_POINT_GROUP, ConditionTerm):
+        if term.name in {t.name for t in found} or term.name == "cfg":
+            raise ValueError(f"{where}: the condition setting name {term.name!r} is taken.")
+        if term.kind not in KINDS or term.when not in WHEN:
+            raise ValueError(
+                f"{where}: term {term.name!r} has kind {term.kind!r} and when {term.when!r}; kinds are "
+                f"{', '.join(KINDS)}, when is {' or '.join(WHEN)}."
+            )
+        found.append(term)
+    return tuple(found)
+
+
+def term(name: str) -> ConditionTerm | None:
+    """The registered term called ``name``, or None."""
+    return next((t for t in registered() if t.name == name), None)
