@@ -14,8 +14,10 @@ episode's seed and step reach the term's :meth:`ConditionTerm.observe` or
 gets (batched over sub-envs, float64). Two built-in action terms carry state across steps
 (``inference_delay`` holds an answer, ``action_delay`` a history); Perturb plays them first, then
 every other action term by :attr:`ConditionTerm.order`. Terms of other kinds change what only a
-simulator can: a simulator lists the terms it applies (``Simulator.terms``, subclasses of the
-declarations here with their ``apply``), and hands them the episode's values before each reset.
+simulator can (its physics, an episode's initial state, its cameras): a simulator lists the terms
+it applies (``Simulator.terms``, subclasses of the :class:`SimulatorTerm` declarations here with
+their ``apply``), and hands them the episode's values before each reset; a term that acts at a step
+(``push``) keeps its value until then.
 
 The built-in terms are today's settings with their rules unchanged. Installed packages add
 terms through the entry-point group ``simeval.conditions`` (a :class:`ConditionTerm`
@@ -39,11 +41,16 @@ KINDS = {
     "observation": "the observation the policy sees",
     "action": "the action the env receives",
     "physics": "model physics",
+    "initial_state": "the episode's initial state",
+    "camera": "the camera images (camera poses, lights)",
     "task_config": "the task's config",
 }
 """The kinds of settings: what a simulator must be able to change to apply one (words for messages beside each)."""
 WHEN = ("reset", "step")
 ENTRY_POINT_GROUP = "simeval.conditions"
+PUSH_STEP = 100
+"""The step ``push`` acts at when a condition gives no ``push_step``: past every task's first strides, well before
+its 1000-step time limit."""
 
 
 class ConditionTerm:
@@ -68,6 +75,9 @@ class ConditionTerm:
     """What the setting does, in a line (docs and messages)."""
     order: ClassVar[int] = 100
     """Where it acts among the terms of its kind (lower first; the built-ins use 10 and 20)."""
+    needs: ClassVar[str | None] = None
+    """The setting this one qualifies (``push_step`` qualifies ``push``): a condition naming it without that one is
+    refused."""
 
     def check(self, value: float, where: str) -> None:
         """A one-line ValueError (starting with ``where``) unless ``value`` is allowed."""
@@ -106,22 +116,27 @@ class ConditionTerm:
         raise NotImplementedError(f"{type(self).__name__} does not say how it changes the action.")
 
 
-class PhysicsTerm(ConditionTerm):
-    """A setting a simulator applies to each simulation's model before the episode's reset (kind ``physics``).
+class SimulatorTerm(ConditionTerm):
+    """A setting only a simulator applies: its physics, an episode's initial state, its cameras.
 
-    The declaration (name, rules) is registered here, so that a condition naming it parses and
-    draws without any simulator loaded; the simulator that applies it lists a subclass with its
-    :meth:`apply` (``Simulator.terms``), which writes the setting into the sub-envs ``ids`` of the
-    simulator's own batch object.
+    The declaration (name, kind, rules) is registered here, so that a condition naming it parses
+    and draws without any simulator loaded; the simulator that applies it lists a subclass with
+    its :meth:`apply` (``Simulator.terms``), which writes one episode's value per sub-env into the
+    simulator's own batch object before the sub-envs' reset.
     """
 
-    kind: ClassVar[str] = "physics"
     when: ClassVar[str] = "reset"
 
     def apply(self, target: Any, ids: np.ndarray, values: np.ndarray) -> bool:
         """Set this term's ``values`` (one per sub-env of ``ids``) in ``target``, the simulator's batch of
         simulations; return whether the model's derived constants must be computed again."""
-        raise NotImplementedError(f"{type(self).__name__} does not say how it changes the model.")
+        raise NotImplementedError(f"{type(self).__name__} does not say how it changes the simulation.")
+
+
+class PhysicsTerm(SimulatorTerm):
+    """A setting a simulator applies to each simulation's model (kind ``physics``)."""
+
+    kind: ClassVar[str] = "physics"
 
 
 class BodyMassScale(PhysicsTerm):
@@ -143,6 +158,77 @@ class Gravity(PhysicsTerm):
 
     name, least = "gravity", None
     summary = "gravity's vertical component, m/s^2 (nominal -9.81)"
+
+
+class Push(PhysicsTerm):
+    """``push``: a shove at one step of the episode, as the field pushes robots (Isaac Lab's and mjlab's
+    ``push_by_setting_velocity``, legged_gym's ``push_robots``): the value is the change of the robot's horizontal
+    velocity, m/s, so one number means the same disturbance on a 1 kg ant and a 40 kg humanoid, and under
+    ``body_mass_scale``.
+
+    Unlike setting the root's velocity, the simulator delivers it as a force: the impulse ``mass * value`` (N*s,
+    ``mass`` the robot's in that episode) on the root body's centre of mass (the torso; InvertedPendulum's cart),
+    within the first physics substep of step ``push_step`` (:data:`PUSH_STEP` when not given). In free flight the
+    robot's centre of mass then moves ``value`` m/s faster along the push; the joints pass it on to the limbs (a
+    pole tilts), and ground contact takes its share, as with a real shove. Positive values push forward (+x, the
+    direction every task rewards), negative ones backward; ``push_direction`` turns the push in the horizontal
+    plane (robots that move in it only). Steps before ``push_step`` are the nominal episode's.
+    """
+
+    name, when, least = "push", "step", None
+    summary = "the robot's horizontal velocity changed by this much, m/s, by an impulse on its root body at push_step"
+
+
+class PushStep(PhysicsTerm):
+    """``push_step``: the step whose physics the push acts in (0: the episode's first; default :data:`PUSH_STEP`);
+    observations up to that step's are the nominal episode's. A range draws it per episode."""
+
+    name, when, whole, needs = "push_step", "step", True, "push"
+    summary = f"the step the push acts at (default {PUSH_STEP})"
+
+
+class PushDirection(PhysicsTerm):
+    """``push_direction``: the push's direction in the horizontal plane, degrees from +x toward +y (0: forward)."""
+
+    name, when, least, needs = "push_direction", "step", None, "push"
+    summary = "the push's horizontal direction, degrees from +x toward +y (default 0: forward)"
+
+
+class InitNoiseScale(SimulatorTerm):
+    """``init_noise_scale``: the task's reset noise (gymnasium v5's ``reset_noise_scale``) times this for the
+    episode; 0 starts it from the model's initial state exactly. The noise is drawn as in the nominal episode and
+    scaled, so the sub-env's later episodes start as nominal ones do."""
+
+    name, kind = "init_noise_scale", "initial_state"
+    summary = "the task's reset noise times this (0: the deterministic initial state)"
+
+
+class CameraShift(SimulatorTerm):
+    """``camera_shift``: every observed camera moved sideways along its own right axis, metres (negative: left)."""
+
+    name, kind, least = "camera_shift", "camera", None
+    summary = "every observed camera moved along its own right axis, metres (negative: to its left)"
+
+
+class CameraTilt(SimulatorTerm):
+    """``camera_tilt``: every observed camera turned about its own right axis, degrees (positive: up)."""
+
+    name, kind, least = "camera_tilt", "camera", None
+    summary = "every observed camera turned about its own right axis, degrees (positive: up, negative: down)"
+
+
+class LightIntensity(SimulatorTerm):
+    """``light_intensity``: every light of the rendered scene (the camera's headlight too) times this."""
+
+    name, kind = "light_intensity", "camera"
+    summary = "every light's ambient, diffuse and specular intensity times this (0: unlit)"
+
+
+class LightDirection(SimulatorTerm):
+    """``light_direction``: the model's lights turned about the world's y axis, degrees."""
+
+    name, kind, least = "light_direction", "camera", None
+    summary = "the model's lights turned about the world's y axis, degrees (positive: from +x, shadows toward -x)"
 
 
 class ObservationNoise(ConditionTerm):
@@ -202,10 +288,11 @@ steps (an answer on its way, a history of actions)."""
 
 BUILT_IN: tuple[ConditionTerm, ...] = (
     ObservationNoise(), ActionNoise(), ActionDelay(), InferenceDelay(), ActionScale(),
-    BodyMassScale(), FrictionScale(), Gravity(),
+    BodyMassScale(), FrictionScale(), Gravity(), Push(), PushStep(), PushDirection(), InitNoiseScale(),
+    CameraShift(), CameraTilt(), LightIntensity(), LightDirection(),
 )  # fmt: skip
 """The terms simeval applies around any env (:class:`simeval.envs.perturb.Perturb`), then the declarations of the
-physics terms whose effect the simulators that apply them give (``Simulator.terms``)."""
+terms whose effect the simulators that apply them give (``Simulator.terms``)."""
 
 
 @functools.cache
@@ -213,8 +300,8 @@ def registered() -> tuple[ConditionTerm, ...]:
     """Every term: the built-ins, then installed packages' ``simeval.conditions`` entry points.
 
     An entry point names a :class:`ConditionTerm` subclass (or instance); one that does not load,
-    is not one, has an unknown kind or ``when``, or takes a name already taken is a one-line
-    ValueError naming it.
+    is not one, has an unknown kind or ``when``, needs a setting that is not registered before it, or takes a name
+    already taken is a one-line ValueError naming it.
     """
     from simeval.plugins import plugins
 
@@ -227,6 +314,8 @@ def registered() -> tuple[ConditionTerm, ...]:
                 f"{where}: term {term.name!r} has kind {term.kind!r} and when {term.when!r}; kinds are "
                 f"{', '.join(KINDS)}, when is {' or '.join(WHEN)}."
             )
+        if term.needs is not None and term.needs not in {t.name for t in found}:
+            raise ValueError(f"{where}: term {term.name!r} needs {term.needs!r}, which no term before it registers.")
         found.append(term)
     return tuple(found)
 

@@ -21,7 +21,9 @@ kind, its check, its draw and its effect; installed packages add terms there). T
   ``backend="native"``):
   ``body_mass_scale`` (every body's mass and inertia), ``friction_scale``
   (every geom's friction coefficients), ``gravity`` (its vertical component,
-  m/s^2, nominal -9.81);
+  m/s^2, nominal -9.81), ``push`` with ``push_step`` and ``push_direction`` (a shove at one step),
+  ``init_noise_scale`` (the reset noise scaled), ``camera_shift``, ``camera_tilt``,
+  ``light_intensity`` and ``light_direction`` (the observed cameras' pose and the scene's lights);
 * ``cfg``: Isaac Lab and mjlab task-config overrides by dotted path, applied before the
   env is built (``{"cfg": {"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}}``);
   a value there is the config's value, never drawn by simeval. It is data only
@@ -161,6 +163,10 @@ class Condition:
                     f"{where}: unknown setting {name!r}; settings are {names} and {CFG} "
                     "(task-config overrides by dotted path)."
                 )
+        for name in values:
+            needs = term(name).needs  # type: ignore[union-attr]
+            if needs is not None and needs not in values:
+                raise ValueError(f"{where}.{name}: qualifies {needs}, which the condition does not set: add {needs}.")
         return cls(values, cfg, while_waiting)
 
     @property

@@ -314,7 +314,7 @@ SUITE = {
     "tasks": [{"env": "HalfCheetah-v5", "conditions": {"nominal": {}, "noisy": {"observation_noise": 0.1}}}],
 }
 SETTINGS = ["observation_noise", "action_noise", "action_delay", "action_scale", "body_mass_scale", "friction_scale",
-            "gravity", "cfg", "nonsense"]  # fmt: skip
+            "gravity", "push", "push_step", "init_noise_scale", "light_intensity", "cfg", "nonsense"]  # fmt: skip
 
 
 @fuzz_settings(8, launcher=True)

@@ -23,6 +23,8 @@ ONE_OF_KIND = {
     "observation": {"observation_noise": 0.1},
     "action": {"action_delay": 1},
     "physics": {"body_mass_scale": 1.2},
+    "initial_state": {"init_noise_scale": 0.5},
+    "camera": {"light_intensity": 0.5},
     "task_config": {"cfg": {"episode_length_s": 5.0}},
 }
 

@@ -152,6 +152,8 @@ def test_a_bad_task_setting_is_one_line_naming_the_file_and_the_key(tmp_path, ex
     "extra, flags, words",
     [
         ("    image_size: 32\n", ["--checkpoint", "x.pt"], "tasks[0].image_size: sets the camera images of"),
+        ("    conditions: {dim: {light_intensity: 0.5}}\n", ["--checkpoint", "x.pt"],
+         "tasks[0].conditions.dim: light_intensity change the camera images of HalfCheetah-v5: give the task cameras."),
         ("    cameras: [track]\n    frame_stack: 2\n", ["--policy-server", "ws://127.0.0.1:1"],
          "tasks[0].frame_stack: a policy server is sent each camera's current image"),
         ("    frame_stack: 2\n", ["--policy-server", "ws://127.0.0.1:1", "--cameras", "track"],

@@ -148,6 +148,13 @@ def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:
         for key in ("image_size", "frame_stack"):
             if getattr(task, key) is not None:
                 raise ConfigError(f"{where[key]}: sets the camera images of {task.env}: give the task cameras.")
+        for name, condition in task.conditions.items():
+            seen = condition.settings_of("camera")
+            if seen:
+                raise ConfigError(
+                    f"{prefix}conditions.{name}: {', '.join(seen)} change the camera images of {task.env}: "
+                    "give the task cameras."
+                )
         return
     simulator = simulator_for(task.env, cfg.env_backend)
     if not simulator.cameras:

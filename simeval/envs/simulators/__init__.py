@@ -181,6 +181,9 @@ def check_condition(name: str, condition: Condition, backend: str | None = None)
                 f"{setting} is applied by {who}; {name} is built on the {sim.name} backend, which does not apply "
                 "it: give it other conditions."
             )
+    problem = sim.condition_problem(name, condition)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _refusal(name: str, sim: Simulator, kind: str, settings: tuple[str, ...]) -> str:

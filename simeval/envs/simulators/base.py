@@ -164,6 +164,11 @@ class Simulator(ABC):
             return False
         return kind in ("observation", "action", "task_config") or any(t.name == setting for t in self.terms)
 
+    def condition_problem(self, name: str, condition: Condition) -> str | None:
+        """Why it cannot apply ``condition`` to task ``name`` though it applies each of its settings (a setting that
+        means nothing on that task), in one line; None: it can. Checked with the settings (:meth:`applies`)."""
+        return None
+
     def term_setter(self, base: EnvBase) -> Callable[[np.ndarray, dict[str, np.ndarray]], None] | None:
         """How ``base`` (an env it built, under no transform) takes its :attr:`terms`' values for its sub-envs
         ``ids`` before their next reset (:class:`simeval.envs.perturb.Perturb` calls it); None: it lists none."""

@@ -1,7 +1,9 @@
 """Native MuJoCo (``backend="native"``): every sub-env in one ``mujoco.batch.Batch``, stepped in C.
 
 The default for :data:`NATIVE_TASKS`; the only simulator that applies model physics
-conditions (``body_mass_scale``, ``friction_scale``, ``gravity``). The env itself:
+conditions (``body_mass_scale``, ``friction_scale``, ``gravity``, a ``push``), the reset
+noise's scale (``init_noise_scale``) and the observed cameras' pose and lights
+(``camera_shift``, ``camera_tilt``, ``light_intensity``, ``light_direction``). The env itself:
 :class:`simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv`.
 """
 
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     import numpy as np
     from torchrl.envs import EnvBase
 
+    from simeval.conditions import Condition
+
 # What it runs (simeval.envs.simulators.mujoco_native.tasks.TASKS).
 NATIVE_TASKS = (
     "HalfCheetah-v5",
@@ -30,6 +34,8 @@ NATIVE_TASKS = (
     "InvertedPendulum-v5",
     "Humanoid-v5",
 )
+PLANAR = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "InvertedPendulum-v5")
+"""The tasks whose root moves along x only (no free joint): a push there is forward or backward."""
 
 
 class NativeMujoco(GymIdSimulator):
@@ -39,7 +45,7 @@ class NativeMujoco(GymIdSimulator):
     title = "native MuJoCo"
     render_env = {"MUJOCO_GL": "egl"}  # headless; read when mujoco loads (headless_env picks EGL, else OSMesa)
     settings_env = ("MUJOCO_GL", "MUJOCO_EGL_DEVICE_ID")
-    capabilities = frozenset({"observation", "action", "physics"})
+    capabilities = frozenset({"observation", "action", "physics", "initial_state", "camera"})
     terms = MUJOCO_TERMS
     cameras = True
 
@@ -55,11 +61,27 @@ class NativeMujoco(GymIdSimulator):
         """Its own tasks are built natively unless another backend is asked for."""
         return name in NATIVE_TASKS
 
+    def condition_problem(self, name: str, condition: Condition) -> str | None:
+        """``push_direction`` on a task whose root moves along x only (:data:`PLANAR`)."""
+        if "push_direction" in condition.values and name in PLANAR:
+            return (
+                f"push_direction turns a push in the horizontal plane; {name} moves along x only: "
+                "push it forward (push > 0) or backward (push < 0)."
+            )
+        return None
+
     def base_env(self, request: EnvRequest) -> EnvBase:
-        """A :class:`~simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv` of ``request.num_envs`` sub-envs."""
+        """A :class:`~simeval.envs.simulators.mujoco_native.env.MujocoBatchEnv` of ``request.num_envs`` sub-envs;
+        a condition that changes the camera images of an env without cameras is a one-line ValueError."""
         from simeval.envs.simulators.mujoco_native.env import MujocoBatchEnv
 
         options = request.options
+        seen = request.condition.settings_of("camera")
+        if seen and not options.get("cameras"):
+            raise ValueError(
+                f"{', '.join(seen)} change the camera images, and {request.name} is built without cameras: "
+                "give it cameras (cameras=['track'], --cameras track)."
+            )
         return MujocoBatchEnv(
             request.name,
             request.num_envs,

@@ -66,23 +66,59 @@ class _Eyes:
             quality.shadowsize, quality.offsamples = kept
 
     def render(self, groups: list[SimGroup]) -> dict[str, np.ndarray]:
-        """Each camera's frames of every sub-env, ``(num_envs, H, W, 3)`` uint8, in sub-env order."""
+        """Each camera's frames of every sub-env, ``(num_envs, H, W, 3)`` uint8, in sub-env order, under each
+        sub-env's camera and light settings (:func:`adjust_scene`)."""
         import mujoco
 
         n = sum(g.size for g in groups)
         frames = {c: np.empty((n, *self.size, 3), dtype=np.uint8) for c in self.cameras}
         for g in groups:
+            view = g.view()
             for local in range(g.size):
                 data = g.batch.get_data(local, self.data)
                 mujoco.mj_forward(self.model, data)
                 for camera, cam_id in zip(self.cameras, self.ids, strict=True):
                     self.renderer.update_scene(data, camera=cam_id)
+                    if view is not None:
+                        adjust_scene(self.renderer.scene, *view[local].tolist())
                     self.renderer.render(out=frames[camera][g.first + local])
         return frames
 
     def close(self) -> None:
         """Free the renderer's OpenGL context."""
         self.renderer.close()
+
+
+def adjust_scene(scene: mujoco.MjvScene, shift: float, tilt: float, intensity: float, direction: float) -> None:
+    """One sub-env's camera terms on a scene ``update_scene`` just made (its physics untouched).
+
+    The camera (both eyes) moves ``shift`` metres along its own right axis and turns ``tilt`` degrees about it
+    (positive: up), the headlight with it; every light's ambient, diffuse and specular intensity is scaled by
+    ``intensity``; the model's lights (not the headlight) turn ``direction`` degrees about the world's y axis.
+    Nominal values change nothing.
+    """
+    if shift or tilt:
+        c, s = np.cos(np.radians(tilt)), np.sin(np.radians(tilt))
+        for eye in scene.camera:
+            forward, up = eye.forward.astype(np.float64), eye.up.astype(np.float64)
+            eye.pos[:] = eye.pos + shift * np.cross(forward, up)
+            eye.forward[:] = c * forward + s * up
+            eye.up[:] = c * up - s * forward
+        for light in scene.lights[: scene.nlight]:
+            if light.headlight:
+                light.pos[:] = np.mean([eye.pos for eye in scene.camera], axis=0)
+                light.dir[:] = np.mean([eye.forward for eye in scene.camera], axis=0)
+    if intensity != 1.0:
+        for light in scene.lights[: scene.nlight]:
+            light.ambient[:] = light.ambient * intensity
+            light.diffuse[:] = light.diffuse * intensity
+            light.specular[:] = light.specular * intensity
+    if direction:
+        c, s = np.cos(np.radians(direction)), np.sin(np.radians(direction))
+        for light in scene.lights[: scene.nlight]:
+            if not light.headlight:
+                x, y, z = light.dir.astype(np.float64)
+                light.dir[:] = (c * x + s * z, y, c * z - s * x)
 
 
 def _available_cpus() -> int:
@@ -173,15 +209,15 @@ class MujocoBatchEnv(EnvBase):
         self._model = load_model(self.task, contact_sensor=self.task.contact_forces and not exact)
         threads = num_threads if num_threads is not None else min(_available_cpus(), num_envs)
         groups = min(groups or 1, num_envs)
+        self.elapsed = np.zeros(num_envs, dtype=np.int64)
         self.groups = [
-            SimGroup(self._model, self.task, first, size, min(threads, size), exact)
+            SimGroup(self._model, self.task, first, size, min(threads, size), exact, self.elapsed[first : first + size])
             for first, size in split(num_envs, groups)
         ]
         self.num_threads = max(1, threads)
         self._n = num_envs
         self.dt = self._model.opt.timestep * self.task.frame_skip  # as gymnasium's MujocoEnv.dt
         self.max_episode_steps = max_episode_steps or self.task.max_episode_steps
-        self.elapsed = np.zeros(num_envs, dtype=np.int64)
         data = mujoco.MjData(self._model)
         self._init = (data.qpos.copy(), data.qvel.copy())
         self.obs_dim = self.task.obs_dim(self._model)
@@ -260,8 +296,9 @@ class MujocoBatchEnv(EnvBase):
         """Give the sub-envs ``ids`` their own settings before their next reset (see ``SimGroup.set_terms``).
 
         ``values`` maps a term native MuJoCo applies (``NativeMujoco.terms``: ``body_mass_scale``,
-        ``friction_scale``, ``gravity``, ...) to one value per id (:class:`simeval.envs.perturb.Perturb`
-        draws them per episode).
+        ``push``, ``init_noise_scale``, ``camera_shift``, ...) to one value per id
+        (:class:`simeval.envs.perturb.Perturb` draws them per episode). A sub-env keeps a value until it
+        is set again: the push acts at its step, the camera settings at every render.
         """
         ids = np.asarray(ids, dtype=np.int64)
         for g in self.groups:

@@ -80,16 +80,17 @@ class Task:
         raise NotImplementedError
 
     def initial_state(
-        self, rng: np.random.Generator, init_qpos: np.ndarray, init_qvel: np.ndarray
+        self, rng: np.random.Generator, init_qpos: np.ndarray, init_qvel: np.ndarray, noise_scale: float = 1.0
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One simulation's reset state: qpos noise, then qvel noise, from its own generator."""
+        """One simulation's reset state: qpos noise, then qvel noise, from its own generator, times ``noise_scale``
+        (``init_noise_scale``: the generator moves on as in a nominal reset, and 1.0 changes no bit)."""
         scale = self.reset_noise_scale
-        qpos = init_qpos + rng.uniform(low=-scale, high=scale, size=init_qpos.shape[0])
+        qpos_noise = rng.uniform(low=-scale, high=scale, size=init_qpos.shape[0])
         if self.qvel_noise == "normal":
-            qvel = init_qvel + scale * rng.standard_normal(init_qvel.shape[0])
+            qvel_noise = scale * rng.standard_normal(init_qvel.shape[0])
         else:
-            qvel = init_qvel + rng.uniform(low=-scale, high=scale, size=init_qvel.shape[0])
-        return qpos, qvel
+            qvel_noise = rng.uniform(low=-scale, high=scale, size=init_qvel.shape[0])
+        return init_qpos + noise_scale * qpos_noise, init_qvel + noise_scale * qvel_noise
 
 
 @dataclass(frozen=True)
