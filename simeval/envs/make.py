@@ -84,7 +84,9 @@ def make_env(
             plain-data mapping, e.g. ``{"observation_noise": 0.1}``), applied by a
             :class:`~simeval.envs.perturb.Perturb` directly around the base env, below
             the layout above (so ``OBS_NORM_ID`` still names the VecNormV2);
-            ``body_mass_scale``, ``friction_scale`` and ``gravity`` need the native backend.
+            the physics, initial-state and camera settings (``body_mass_scale``, ``friction_scale``,
+            ``gravity``, ``push``, ``init_noise_scale``, ``camera_shift``, ...) need the native backend,
+            the camera ones ``cameras`` too.
             On Isaac Lab and mjlab tasks its ``cfg`` overrides go into the task's config and
             its generic settings follow the simulator's in-step resets.
         cfg_overrides: Isaac Lab and mjlab tasks only: ``{"dotted.path": value}`` set in the task's env
