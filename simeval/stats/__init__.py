@@ -24,6 +24,8 @@ or infinite inputs raise ``ValueError`` naming the argument.
 One module per family: :mod:`~simeval.stats.intervals` (one cell, paired cells, families),
 :mod:`~simeval.stats.success` (McNemar), :mod:`~simeval.stats.aggregates` (rliable's),
 :mod:`~simeval.stats.sequential` and :mod:`~simeval.stats.group_sequential` (looks),
+:mod:`~simeval.stats.selection` (the best of several checkpoints), :mod:`~simeval.stats.failure_map` (the
+failure region of one or two condition axes, searched),
 :mod:`~simeval.stats.running` (one episode's values as a method takes them),
 :mod:`~simeval.stats.verdicts` (the verdicts and the rule that reads an interval) and
 :mod:`~simeval.stats.methods` (the interval methods by the name a results line records). This
@@ -46,6 +48,7 @@ from simeval.stats.aggregates import (
     performance_profile_ci,
     probability_of_improvement,
 )
+from simeval.stats.failure_map import Boundary, FailureMap, Region, SearchAxis, UniformGrid
 from simeval.stats.intervals import Interval, Paired, family_confidence, mean_ci, mean_of_intervals, paired
 from simeval.stats.selection import SequentialSelection
 from simeval.stats.sequential import SequentialMcNemar, SequentialMean, SequentialPaired
@@ -61,15 +64,20 @@ __all__ = [
     "STATISTICS",
     "VERDICTS",
     "Array",
+    "Boundary",
+    "FailureMap",
     "Interval",
     "McNemar",
     "Paired",
     "Profile",
+    "Region",
+    "SearchAxis",
     "SequentialMcNemar",
     "SequentialMean",
     "SequentialPaired",
     "SequentialSelection",
     "TaskScores",
+    "UniformGrid",
     "aggregate",
     "aggregate_difference",
     "family_confidence",
