@@ -221,5 +221,5 @@ def test_look_flags_name_every_mode_that_plays_looks():
     with pytest.raises(ConfigError) as exc:
         resolve({"checkpoint": "a.pt", "max_episodes": 8})
     assert str(exc.value) == (
-        "--max-episodes set the looks of --select-best, --until-decided or --until-precise: add one."
+        "--max-episodes set the looks of --select-best, --search, --until-decided or --until-precise: add one."
     )

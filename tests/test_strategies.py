@@ -45,11 +45,13 @@ COMMANDS = {
     "until-precise": ["--suite", "suite.yaml", "--checkpoint", B, "--until-precise", "20", "--look-every", "4"],
     "select-best": ["--select-best", "--checkpoint", os.path.join(SHIPPED_RUN, "step_000501760.pt"), "--checkpoint",
                     B, "--num-envs", "4", "--max-steps", "50", "--look-every", "4", "--max-episodes", "16"],
+    "search": ["--search", "body_mass_scale=0.5:3.0", "--checkpoint", B, "--fail-below", "80", "--num-envs", "8",
+               "--max-steps", "30", "--seed", "0", "--max-episodes", "48"],
 }  # fmt: skip
 """Each registered strategy's command (``--out`` added): small, several rounds, so that a kill lands mid-way."""
 
-KEPT = ("status", "step", "checkpoint_name", "task", "condition", "seed", "look", "stop", "sequential",
-        "episode_returns", "episode_seeds", "episode_lengths", "error")  # fmt: skip
+KEPT = ("status", "step", "checkpoint_name", "task", "condition", "seed", "look", "stop", "sequential", "region",
+        "map", "episode_returns", "episode_seeds", "episode_lengths", "error")  # fmt: skip
 """What must be the same in both runs' lines (not: when and where it ran, how long, how many attempts)."""
 
 
@@ -87,7 +89,9 @@ def test_a_strategy_is_registered_by_its_entry_point_and_a_taken_name_is_one_lin
             with pytest.raises(ValueError, match=r"entry point twice = twice_strategy:Twice .*'fixed' is taken"):
                 registered()
         else:
-            assert [k.name for k in registered()] == ["fixed", "until-decided", "until-precise", "select-best", "twice"]
+            assert [k.name for k in registered()] == [
+                "fixed", "until-decided", "until-precise", "select-best", "search", "twice"
+            ]  # fmt: skip
             from simeval.strategies import kind_for
 
             assert kind_for("twice").name == "twice"
@@ -102,7 +106,7 @@ def test_every_mode_the_launcher_runs_is_a_registered_strategy_s_and_back():
 
     assert {m: kind_for(m).name for m in MODES if m != "serve"} == {
         "until-decided": "until-decided", "until-precise": "until-precise", "suite": "fixed", "checkpoint": "fixed",
-        "policy-server": "fixed", "watch": "fixed", "select-best": "select-best",
+        "policy-server": "fixed", "watch": "fixed", "select-best": "select-best", "search": "search",
     }  # fmt: skip
     assert all(m in MODES for kind in registered() for m in kind.modes)
     with pytest.raises(ValueError, match="no registered strategy drives mode 'serve'"):
@@ -136,7 +140,8 @@ def _newest(out: str) -> dict[str, list[dict]]:
     """:func:`_lines`, the newest line of each round only (a resume re-evaluates a round the kill abandoned)."""
     found = {}
     for path, rows in _lines(out).items():
-        by_round = {(r["checkpoint_name"], r["task"], r["condition"], r["look"]): r for r in rows}
+        by_round = {(r["checkpoint_name"], r["task"], r["condition"], r["look"], json.dumps(r["region"])): r
+                    for r in rows}  # fmt: skip
         found[path] = sorted(by_round.values(), key=lambda r: json.dumps(r, sort_keys=True))
     return found
 

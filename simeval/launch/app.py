@@ -84,7 +84,7 @@ def _run(parsed: Parsed, out: str) -> int:
             ck = load_checkpoint(cfg.checkpoint, cfg.format, max_bytes=cfg.max_checkpoint_bytes)
         elif cfg.source == "policy_server":
             ck = remote_checkpoint(cfg)
-        selecting = cfg.mode == "select-best"  # its runner checks the lines in OUT itself (they are its looks)
+        selecting = cfg.mode in ("select-best", "search")  # its runner checks the lines in OUT itself (its rounds)
         if not cfg.append and not selecting:
             check_reuse(parsed, log, suite, ck)
         before = evaluated_before(parsed, log, ck) if suite is None and not (parsed.again or selecting) else None
@@ -162,6 +162,12 @@ def _select_best(run: Run) -> int:
     return run_select_best(run.session, run.log, run.suite)
 
 
+def _search(run: Run) -> int:
+    from simeval.launch.search import run_search  # the map's statistics: NumPy
+
+    return run_search(run.session, run.log, run.ck)
+
+
 MODES: dict[str, Callable[[Run], int]] = {
     "serve": _serve,
     "until-decided": _looks,
@@ -171,6 +177,7 @@ MODES: dict[str, Callable[[Run], int]] = {
     "policy-server": _checkpoint,
     "watch": _watch,
     "select-best": _select_best,
+    "search": _search,
 }
 """The launcher's modes and their runners: a new mode adds its runner here (and its strategy's registration)."""
 

@@ -29,11 +29,14 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from simeval.command_line import run_command
-from simeval.records import ResultsFileError
+from simeval.records import ResultsFileError, read_records
 from simeval.report.comparison import CompareError, compare, json_rows
 from simeval.report.curves import failures, plot, table
 from simeval.report.html import write_html
 from simeval.report.runs import labels, merge_looks, read_failures, read_results
+from simeval.report.search import compare_maps, is_search, replay_search, write_png
+from simeval.report.search import report_text as search_text
+from simeval.report.search import write_html as write_search_html
 from simeval.report.selection import is_selection, replay_selection, report_text
 from simeval.report.selection import write_html as write_selection_html
 from simeval.report.text import print_text, shown
@@ -106,6 +109,14 @@ def compare_main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     label_a, label_b = labels([args.run_a, args.run_b])
     try:
+        searches = is_search(args.run_a) and is_search(args.run_b)
+        if searches:
+            print(compare_maps(replay_search(args.run_a), replay_search(args.run_b), label_a, label_b))
+            return 0
+    except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:
+        print(f"simeval-report compare: error: {shown(exc)}", file=sys.stderr)
+        return 2
+    try:
         rows_a, rows_b = read_results(args.run_a), read_results(args.run_b)
         result = compare(
             rows_a,
@@ -155,18 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--html", metavar="FILE", help="a --select-best run: also write an HTML page (its table, each checkpoint's "
-        "gap to the leader over looks) to FILE"
+        "gap to the leader over looks) to FILE; a --search run: its map drawn, its table and its evidence"
     )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         selection = len(args.runs) == 1 and not args.reference and is_selection(args.runs[0])
+        searched = len(args.runs) == 1 and not args.reference and is_search(args.runs[0])
     except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:  # a linked file, an endless line
         print(f"simeval-report: error: {shown(exc)}", file=sys.stderr)
         return 2
     if selection:
         return _selection(args.runs[0], args.html)
+    if searched:
+        return _search(args.runs[0], args.html, args.output)
     if args.html:
-        print("simeval-report: error: --html is for a --select-best run (compare RUN_A RUN_B has its own).",
+        print("simeval-report: error: --html is for a --select-best or --search run (compare RUN_A RUN_B has its "
+              "own).",
               file=sys.stderr)  # fmt: skip
         return 2
     # One set of labels for runs and references: two different directories never share one.
@@ -214,6 +229,27 @@ def _selection(out_dir: str, html_path: str | None) -> int:
         except OSError as exc:
             print(f"simeval-report: error: --html {html_path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
+    return 0
+
+
+def _search(out_dir: str, html_path: str | None, png_path: str | None) -> int:
+    """A ``--search`` run's report: its map as text, drawn (``--output``, default ``<run>/failure_map.png``), and
+    ``--html`` its page with the replayed evidence (``<run>/replays.jsonl``)."""
+    try:
+        strategy = replay_search(out_dir)
+        replays = os.path.join(out_dir, "replays.jsonl")
+        evidence = list(read_records(replays)) if os.path.isfile(replays) else []
+    except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:
+        print(f"simeval-report: error: {shown(exc)}", file=sys.stderr)
+        return 2
+    print(search_text(strategy))
+    try:
+        print(f"plot: {write_png(strategy, png_path or os.path.join(out_dir, 'failure_map.png'))}")
+        if html_path:
+            print(f"html: {write_search_html(strategy, html_path, evidence)}")
+    except OSError as exc:
+        print(f"simeval-report: error: {exc.filename or html_path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -8,7 +8,8 @@ them without the launcher (this package imports neither).
 Built in: the fixed evaluation (:mod:`simeval.strategies.fixed`: ``--checkpoint``,
 ``--watch``, ``--suite``) and the look-by-look runs (:mod:`simeval.strategies.looks`:
 ``--until-decided``, ``--until-precise``) and the selection of the best checkpoint
-(:mod:`simeval.strategies.selection`: ``--select-best``, a source-fed strategy). A third party adds one by a
+(:mod:`simeval.strategies.selection`: ``--select-best``, a source-fed strategy) and the failure-region search
+(:mod:`simeval.strategies.search`: ``--search``). A third party adds one by a
 :class:`StrategyKind` in the entry-point group ``simeval.strategies``.
 """
 
@@ -30,6 +31,7 @@ from simeval.strategies.base import (
 )
 from simeval.strategies.fixed import Fixed, FixedStrategy
 from simeval.strategies.looks import CellLooks, LookStrategy, UntilDecided, UntilPrecise
+from simeval.strategies.search import Search, SearchPlan, SearchStrategy
 from simeval.strategies.selection import SelectBest, SelectionPlan, SelectionStrategy
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "Job",
     "LookStrategy",
     "Replayed",
+    "SearchPlan",
+    "SearchStrategy",
     "SelectionPlan",
     "SelectionStrategy",
     "Step",
@@ -54,7 +58,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "simeval.strategies"
-BUILT_IN: tuple[StrategyKind, ...] = (Fixed(), UntilDecided(), UntilPrecise(), SelectBest())
+BUILT_IN: tuple[StrategyKind, ...] = (Fixed(), UntilDecided(), UntilPrecise(), SelectBest(), Search())
 
 
 @functools.cache

@@ -6,10 +6,11 @@ dashes too. Unknown YAML keys are an error, never silently ignored. Each
 field's default and help text live in its section only: ``cli.py`` makes the flags from them.
 
 Each feature owns a section (:mod:`.source`, :mod:`.backend`, :mod:`.container`, :mod:`.env`, :mod:`.policy`,
-:mod:`.selection`, :mod:`.strategy`, :mod:`.output`): a dataclass mixin with its fields and a ``check`` of its
-flags, reading other sections' settings only where its ``reads`` names them. :class:`LaunchConfig` is composed of
-the sections in :data:`SECTIONS`, and :meth:`LaunchConfig.validate` runs them in that order; :data:`MODES` names
-what a run does (:attr:`LaunchConfig.mode`). A new feature adds its section, and registers it in both tables.
+:mod:`.selection`, :mod:`.search`, :mod:`.strategy`, :mod:`.output`): a dataclass mixin with its fields and a
+``check`` of its flags, reading other sections' settings only where its ``reads`` names them. :class:`LaunchConfig`
+is composed of the sections in :data:`SECTIONS`, and :meth:`LaunchConfig.validate` runs them in that order;
+:data:`MODES` names what a run does (:attr:`LaunchConfig.mode`). A new feature adds its section, and registers it in
+both tables.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from simeval.launch.config.container import LAUNCHERS, LauncherSection
 from simeval.launch.config.env import EnvSection
 from simeval.launch.config.output import LOGGERS, OutputSection
 from simeval.launch.config.policy import PolicySection
+from simeval.launch.config.search import SearchSection
 from simeval.launch.config.selection import SelectionSection
 from simeval.launch.config.source import CHECKPOINT_FORMATS, SOURCES, SourceSection
 from simeval.launch.config.strategy import StrategySection
@@ -48,6 +50,7 @@ SECTIONS: tuple[type[Section], ...] = (
     EnvSection,
     PolicySection,
     SelectionSection,
+    SearchSection,
     StrategySection,
     OutputSection,
 )
@@ -56,6 +59,7 @@ SECTIONS: tuple[type[Section], ...] = (
 MODES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("serve", lambda cfg: bool(cfg.serve)),
     ("select-best", lambda cfg: bool(cfg.select_best)),
+    ("search", lambda cfg: bool(cfg.search)),
     ("until-decided", lambda cfg: bool(cfg.until_decided)),
     ("until-precise", lambda cfg: cfg.until_precise is not None),
     ("suite", lambda cfg: bool(cfg.suite)),

@@ -1,0 +1,130 @@
+"""``--search``: the failure-region search through the launcher and the report, on native MuJoCo HalfCheetah.
+
+The shipped final checkpoint runs forward at nominal mass and stalls when its bodies are about twice as heavy (its
+return over 40 steps falls from about 90 to near 0): a monotone failure along ``body_mass_scale`` that the map must
+find, with every episode's drawn mass recorded and every region's class consistent with its episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from launch_helpers import _env, cli
+
+from simeval.checkpoints.shipped import SHIPPED_RUN
+from simeval.strategies.search import region_seed
+
+FINAL = os.path.join(SHIPPED_RUN, "step_001001472.pt")
+ARGS = ["--checkpoint", FINAL, "--env", "HalfCheetah-v5", "--num-envs", "8", "--max-steps", "40", "--seed", "0"]
+
+
+def _lines(out: str) -> list[dict]:
+    with open(os.path.join(out, "results.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "simeval.report", *args], capture_output=True, text=True, env=_env(None), timeout=240
+    )
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("search") / "mass")
+    run = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "192",
+              "--out", out)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
+def test_the_search_maps_where_a_heavier_cheetah_fails(searched):
+    lines = _lines(searched)
+    assert all(r["status"] == "ok" for r in lines)
+    last = lines[-1]
+    assert last["stop"] in ("every region decided", "resolution reached", "budget") and "map" in last
+    regions = last["map"]["regions"]
+    light = [r for r in regions if r["bounds"]["body_mass_scale"][1] <= 1.2]
+    heavy = [r for r in regions if r["bounds"]["body_mass_scale"][0] >= 1.75]
+    assert light and all(r["class"] == "pass" for r in light)
+    assert heavy and all(r["class"] == "fail" for r in heavy)
+    boundary = last["map"]["boundary"]
+    assert boundary["direction"] == "increasing" and 1.0 <= boundary["low"] < boundary["high"] <= 2.5
+    assert sum(r["n"] for r in regions) == sum(len(r["episode_returns"]) for r in lines) <= 192
+
+
+def test_each_round_draws_its_episodes_within_its_region_on_its_own_seed(searched):
+    lines = _lines(searched)
+    seen = set()
+    for r in lines:
+        lo, hi = r["region"]["bounds"]["body_mass_scale"]
+        drawn = r["episode_conditions"]["body_mass_scale"]
+        assert len(drawn) == len(r["episode_returns"]) == 8 and all(lo <= x <= hi for x in drawn)
+        assert r["condition_settings"] == {"body_mass_scale": [lo, hi]}
+        assert r["seed"] == region_seed(0, tuple(r["region"]["key"]), r["region"]["round"])
+        seen.add(r["seed"])
+    assert len(seen) == len(lines)  # no two rounds share episodes
+    # the classes follow the episodes: a fail region's episodes mostly returned below --fail-below
+    for region in lines[-1]["map"]["regions"]:
+        assert 0 <= region["failures"] <= region["n"]
+
+
+def test_the_report_prints_draws_and_pages_the_map(searched, tmp_path):
+    page = tmp_path / "map.html"
+    shown = _report(searched, "--html", str(page))
+    assert shown.returncode == 0, shown.stderr
+    assert "failure map of step_001001472.pt: failure = return < 45" in shown.stdout
+    assert "boundary: body_mass_scale in [" in shown.stdout and "assumes the failure probability is monotone" in (
+        shown.stdout
+    )
+    assert os.path.getsize(os.path.join(searched, "failure_map.png")) > 1000
+    text = page.read_text()
+    assert '<img id="map"' in text and "data:image/png;base64," in text and '<tr class="fail">' in text
+    # the report rebuilds the map the run wrote, from its lines
+    last = _lines(searched)[-1]
+    for region in last["map"]["regions"]:
+        lo, hi = region["bounds"]["body_mass_scale"]
+        assert f"body_mass_scale [{lo:.4g}, {hi:.4g}]" in shown.stdout
+
+
+def test_a_finished_search_resumed_evaluates_nothing(searched):
+    before = _lines(searched)
+    again = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "192",
+                "--out", searched)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming: {len(before)} round(s)" in again.stdout
+    assert _lines(searched) == before
+
+
+def test_two_searched_checkpoints_compare_region_by_region(searched, tmp_path):
+    early = str(tmp_path / "early")
+    run = cli(*ARGS[:1], os.path.join(SHIPPED_RUN, "step_000126976.pt"), *ARGS[2:], "--search",
+              "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "96", "--out", early)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    shown = _report("compare", early, searched)
+    assert shown.returncode == 0, shown.stderr
+    assert "failure maps compared:" in shown.stdout
+    assert "fails where" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--search", "body_mass_scale=3:0.5"], "--search 'body_mass_scale=3:0.5': expected SETTING=LOW:HIGH"),
+        (["--search", "wind=0:1"], "--search: unknown setting 'wind'"),
+        (["--search", "gravity=-12:-5", "--search", "gravity=-9:-1"], "--search names gravity twice"),
+        (["--search", "body_mass_scale=0.5:3", "--resolution", "5"], "--resolution '5' for body_mass_scale"),
+        (["--fail-below", "10"], "--fail-below sets the failure search: add --search SETTING=LOW:HIGH."),
+        (["--search", "body_mass_scale=0.5:3", "--failure-rate", "1.5"], "--failure-rate must be in (0, 1)"),
+        (["--search", "body_mass_scale=0.5:3", "--env-backend", "gymnasium"], "body_mass_scale set model physics"),
+    ],
+)
+def test_search_flags_are_checked_in_one_line(flags, message, tmp_path):
+    run = cli(*ARGS, *flags, "--out", str(tmp_path / "x"))
+    assert run.returncode == 2
+    assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not os.path.exists(tmp_path / "x")
