@@ -426,6 +426,7 @@ def _heading(recorded: Recorded, ck: Checkpoint, results: str) -> str:
     """What is replayed, in two lines."""
     record = recorded.record
     cell = f" / {record['condition']}" if "condition" in record else ""
+    cell += f", look {record['look']}" if "look" in record else ""
     drawn = "".join(f"; {name} {value:.6g}" for name, value in recorded.conditions.items())
     shard = recorded.shard
     split = f", its worker's sub-envs {shard[1]}-{shard[1] + shard[2] - 1}" if shard[2] != len(recorded.quotas) else ""
