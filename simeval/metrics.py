@@ -248,7 +248,8 @@ def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str,
     list) the per-episode values, which only ``keep_episodes`` reports;
     ``episode_success_at_end`` / ``episode_success_once`` (where the env has a
     per-step success key) also give ``success_at_end`` / ``success_once``
-    (:func:`success_metrics`).
+    (:func:`success_metrics`); ``episode_sub_envs`` / ``episode_ordinals`` (where each
+    episode ran) and ``round`` (the round's shape) are reported with the episodes.
     """
     out: dict[str, Any] = {}
     for key in (*CORE_KEYS, "reward_ci_low", "reward_ci_high", "frame_count"):
@@ -265,6 +266,11 @@ def prefixed(raw: dict[str, Any], prefix: str, keep_episodes: bool) -> dict[str,
             out[f"{prefix}/episode_seeds"] = list(raw["episode_seeds"])
         if raw.get("episode_env_seeds") is not None:  # the env's own seed of each episode, where it names one
             out[f"{prefix}/episode_env_seeds"] = list(raw["episode_env_seeds"])
+        for key in ("episode_sub_envs", "episode_ordinals"):  # where each episode ran: (global sub-env, ordinal)
+            if raw.get(key) is not None:
+                out[f"{prefix}/{key}"] = list(raw[key])
+        if raw.get("round") is not None:  # the round's shape: what a replay re-runs
+            out[f"{prefix}/round"] = dict(raw["round"])
         for name, values in (raw.get("episode_conditions") or {}).items():  # condition settings drawn per episode
             out[f"{prefix}/episode_conditions/{name}"] = list(values)
         for key in EPISODE_FLAGS:

@@ -31,7 +31,11 @@ _LIST_KEYS = ("episode_returns", "episode_lengths")
 _SUCCESS_LISTS = ("episode_success_at_end", "episode_success_once")
 # Per-episode lists of keep_episodes results that are not written (their means are metrics).
 _EPISODE_ONLY = ("episode_terminated", "episode_truncated", "episode_info/", "episode_seeds", "episode_env_seeds",
-    "episode_conditions/")
+    "episode_conditions/", "episode_sub_envs", "episode_ordinals")
+# Keys of a result that are no metric: what the round was and where it ran, and per-episode lists.
+_NOT_METRICS = ("step", "video", "workers", "round", *_LIST_KEYS, *_SUCCESS_LISTS)
+# Per-episode whole numbers written where the result has them: seeds, and where each episode ran in its round.
+_INT_LISTS = ("episode_seeds", "episode_env_seeds", "episode_sub_envs", "episode_ordinals")
 
 SCHEMA_VERSION = 2
 """The ``schema`` every line is written with. 2: lines say ``schema``, and ok lines the method of their
@@ -73,7 +77,7 @@ def metrics_of(result: Mapping[str, Any], prefix: str = "eval") -> dict[str, Any
     out = {}
     for key, value in result.items():
         name = key.split("/", 1)[1] if key.startswith(prefix + "/") else key
-        if name in ("step", "video", "workers", *_LIST_KEYS, *_SUCCESS_LISTS) or name.startswith(_EPISODE_ONLY):
+        if name in _NOT_METRICS or name.startswith(_EPISODE_ONLY):
             continue
         value = plain(value)
         if value is None or isinstance(value, (int, float)):
@@ -91,7 +95,10 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
 
     ``episode_success_at_end`` / ``episode_success_once`` (0.0 or 1.0 per episode, in
     ``episode_returns``' order) are written where the result has them; ``schema`` and ``ci_method``
-    (the method of ``reward_ci_low`` / ``reward_ci_high``) always.
+    (the method of ``reward_ci_low`` / ``reward_ci_high``) always. ``episode_sub_envs`` / ``episode_ordinals``
+    (where each episode ran: its global sub-env and its ordinal there) and ``round`` (the round's shape:
+    ``num_envs``, ``quotas``, ``seed``, ``shards``, ``device``) say how to re-run any episode of the line
+    (``python -m simeval.launch --replay``).
     """
     from simeval.metrics import ROUND_CI_METHOD
 
@@ -110,10 +117,9 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
         values = result.get(f"{prefix}/{key}")
         if values is not None:
             record[key] = [float(v) for v in plain(values)]
-    if result.get(f"{prefix}/episode_seeds") is not None:
-        record["episode_seeds"] = [int(v) for v in plain(result[f"{prefix}/episode_seeds"])]
-    if result.get(f"{prefix}/episode_env_seeds") is not None:
-        record["episode_env_seeds"] = [int(v) for v in plain(result[f"{prefix}/episode_env_seeds"])]
+    for key in _INT_LISTS:
+        if result.get(f"{prefix}/{key}") is not None:
+            record[key] = [int(v) for v in plain(result[f"{prefix}/{key}"])]
     drawn = {
         key.rsplit("/", 1)[1]: [float(v) for v in plain(values)]
         for key, values in result.items()
@@ -121,6 +127,8 @@ def make_record(result: Mapping[str, Any], prefix: str = "eval", **context: Any)
     }
     if drawn:
         record["episode_conditions"] = drawn
+    if result.get(f"{prefix}/round") is not None:
+        record["round"] = dict(result[f"{prefix}/round"])
     if result.get(f"{prefix}/workers"):
         record["workers"] = list(result[f"{prefix}/workers"])  # Ray: where each shard ran, and its re-runs
     record.update(context)
@@ -235,6 +243,15 @@ def read_records(
             file): a symbolic link, not a regular file, a line over ``max_line`` bytes (refused
             before it is read whole), or a line that is not a JSON object.
     """
+    for _, record in numbered_records(path, max_line, fix):
+        yield record
+
+
+def numbered_records(
+    path: str, max_line: int = MAX_LINE_BYTES, fix: str = "put the results file itself there"
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` for every complete line of a results file, numbered from 1 as an editor
+    numbers them (blank lines count, and hold no record); as :func:`read_records`, which it reads for."""
     try:
         fd = open_regular(path, os.O_RDONLY, fix=fix)
     except FileNotFoundError:
@@ -252,7 +269,7 @@ def read_records(
                     )
                 return  # the end, or a partial last line from a crash
             if line.strip():
-                yield _parse(line, path, number)
+                yield number, _parse(line, path, number)
 
 
 def _parse(line: bytes, path: str, number: int) -> dict[str, Any]:

@@ -108,6 +108,21 @@ def sub_env_seed(env: Any, seed: int, first: int) -> int:
     return seed + first
 
 
+def merge_rounds(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The shards' round shapes (in shard order) as the round's: every sub-env's quota and every worker's range.
+
+    The seed and the device are the round's, the same in every shard (each seeds its sub-envs from the round's
+    seed as the global sub-envs they are).
+    """
+    quotas = [q for r in rounds for q in r["quotas"]]
+    return {
+        **rounds[0],
+        "num_envs": len(quotas),
+        "quotas": quotas,
+        "shards": [shard for r in rounds for shard in r["shards"]],
+    }
+
+
 def merge(raws: Sequence[dict[str, Any]], info_keys: Sequence[tuple[str, ...]] = ()) -> dict[str, Any]:
     """The shards' raw metrics (in shard order) as one round's, as one worker would report them.
 
@@ -135,6 +150,11 @@ def merge(raws: Sequence[dict[str, Any]], info_keys: Sequence[tuple[str, ...]] =
         out["episode_seeds"] = [v for raw in raws for v in raw["episode_seeds"]]
     if all(raw.get("episode_env_seeds") is not None for raw in raws):
         out["episode_env_seeds"] = [v for raw in raws for v in raw["episode_env_seeds"]]
+    for key in ("episode_sub_envs", "episode_ordinals"):
+        if all(raw.get(key) is not None for raw in raws):
+            out[key] = [v for raw in raws for v in raw[key]]
+    if all(raw.get("round") is not None for raw in raws):
+        out["round"] = merge_rounds([raw["round"] for raw in raws])
     drawn = first.get("episode_conditions") or {}
     if drawn:
         out["episode_conditions"] = {

@@ -22,6 +22,7 @@ from simeval.launch.config.backend import BackendSection
 from simeval.launch.config.container import LauncherSection
 from simeval.launch.config.env import EnvSection
 from simeval.launch.config.policy import PolicySection
+from simeval.launch.config.replay import ReplaySection
 from simeval.launch.config.selection import SelectionSection
 from simeval.launch.config.source import SourceSection
 from simeval.launch.config.strategy import StrategySection
@@ -35,6 +36,13 @@ REFUSALS = [
     (SourceSection, {"serve": "ev"}, "--serve needs --backend ray"),
     (SourceSection, {"watch": "runs", "poll_interval": 0}, "--poll-interval must be a number of seconds > 0"),
     (SourceSection, {"checkpoint": "a.pt", "max_checkpoint_size": "lots"}, "--max-checkpoint-size:"),
+    (ReplaySection, {"replay": "d"}, "--replay DIR needs --replay-episode LINE:INDEX"),
+    (ReplaySection, {"replay_episode": "1:0"}, "--replay-episode needs --replay DIR"),
+    (ReplaySection, {"replay": "d", "replay_episode": "3"}, "--replay-episode must look like LINE:INDEX"),
+    (ReplaySection, {"replay": "d", "replay_episode": "0:2"}, "--replay-episode must look like LINE:INDEX"),
+    (ReplaySection, {"replay": "d", "replay_episode": "1:0", "checkpoint": "a.pt"}, "leave --checkpoint out."),
+    (ReplaySection, {"replay": "d", "replay_episode": "1:0", "suite": "s.yaml"}, "leave --suite out."),
+    (ReplaySection, {"replay": "d", "replay_episode": "1:0", "out": "o"}, "--replay writes into DIR"),
     (BackendSection, {"workers": 2}, "--workers 2 needs --backend ray"),
     (BackendSection, {"backend": "ray", "serve": "ev", "workers": 2}, "--serve runs one named worker"),
     (BackendSection, {"max_restarts": -1}, "--max-restarts must be >= 0"),
@@ -126,6 +134,7 @@ VALID = [
     {"checkpoint": "b.pt", "until_precise": "5%", "suite": "s.yaml", "look_every": 4, "max_episodes": 16},
     {**TWO, "select_best": True, "suite": "s.yaml", "margin": 0.1, "alpha": 0.1, "look_every": 4},
     {"watch": "runs", "select_best": True, "until_step": 1000, "time_budget": None},
+    {"replay": "runs/x", "replay_episode": "2:3", "video": True},
 ]
 
 
@@ -194,6 +203,7 @@ def test_a_yaml_profile_sets_fields_of_several_sections(tmp_path):
         ({"checkpoint": "b.pt", "suite": "s.yaml", "until_precise": 5}, "until-precise"),
         ({**TWO, "select_best": True}, "select-best"),
         ({"watch": "runs", "select_best": True, "suite": "s.yaml", "margin": 0.1}, "select-best"),
+        ({"replay": "runs/x", "replay_episode": "2:3"}, "replay"),
     ],
 )
 def test_mode_names_what_each_kind_of_run_does(settings, mode):

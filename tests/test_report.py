@@ -113,6 +113,8 @@ def test_an_adaptive_runs_looks_are_one_row_per_checkpoint_and_cell(tmp_path, ca
                 line = {"status": "ok", "step": 1000, "checkpoint_name": "ck.pt", "task": "T", "condition": condition,
                         "metrics": {"reward": sum(parts[look]) / 4, "num_episodes": 4},
                         "episode_returns": parts[look], "episode_seeds": list(range(4 * look, 4 * look + 4)),
+                        "episode_sub_envs": [0, 1, 2, 3], "episode_ordinals": [0, 0, 0, 0],
+                        "round": {"num_envs": 4, "quotas": [1, 1, 1, 1], "seed": look, "shards": [[0, 4]]},
                         "look": look, "sequential": plan, "bounds": {"low": 0.0, "high": 100.0}}  # fmt: skip
                 if look == len(parts) - 1:
                     line["stop"] = "budget"
@@ -131,6 +133,7 @@ def test_an_adaptive_runs_looks_are_one_row_per_checkpoint_and_cell(tmp_path, ca
     ]
     joined = [x for part in looks["a"] for x in part]
     assert merged[0]["episode_returns"] == joined and merged[0]["episode_seeds"] == list(range(12))
+    assert merged[0]["episode_sub_envs"] == [0, 1, 2, 3] * 3 and "round" not in merged[0]  # each look: its own round
     seq = SequentialMean(0.95, (0.0, 100.0), plan_n=4)
     for part in looks["a"]:
         seq.update(part)

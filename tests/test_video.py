@@ -27,18 +27,18 @@ DRIVER = textwrap.dedent(
     from simeval.launch import main
 
     calls = []
-    render_first = frames.render_first
+    render_sub_env = frames.render_sub_env
 
 
-    def counted(env):
-        frame = render_first(env)
-        calls.append(frame.shape)
+    def counted(env, index):
+        frame = render_sub_env(env, index)
+        calls.append(index)
         return frame
 
 
-    frames.render_first = counted
+    frames.render_sub_env = counted
     code = main(sys.argv[1:])
-    print(f"RENDERED {len(calls)}")
+    print(f"RENDERED {len(calls)} OF SUB-ENVS {sorted(set(calls))}")
 
     import mujoco
 
@@ -75,6 +75,6 @@ def test_video_is_named_in_the_summary_and_only_the_recorded_episode_is_rendered
     assert os.path.isfile(listed) and os.path.samefile(listed, out / "videos" / "step_001001472.mp4")
     reader = imageio.get_reader(listed, format="FFMPEG")
     # Sub-env 0's first episode: its reset and one frame a step; 2 sub-envs x 2 episodes each, rendered once.
-    assert f"RENDERED {STEPS + 1}" in lines, lines[-3:]
+    assert f"RENDERED {STEPS + 1} OF SUB-ENVS [0]" in lines, lines[-3:]
     assert reader.count_frames() == STEPS + 1
     assert "SHADOW 0 REFLECTION 0" in lines  # software OpenGL spent most of a frame on them

@@ -190,6 +190,9 @@ def results_keys(root: str) -> set[str]:
         "eval/episode_seeds": [1],
         "eval/episode_env_seeds": [1],
         "eval/episode_conditions/SETTING": [1.0],
+        "eval/episode_sub_envs": [0],
+        "eval/episode_ordinals": [0],
+        "eval/round": {"num_envs": 1, "quotas": [1], "seed": 0, "shards": [[0, 1]], "device": None},
     }
     cfg = types.SimpleNamespace(backend="thread")
     plan = types.SimpleNamespace(env="HalfCheetah-v5")
@@ -224,6 +227,9 @@ def metric_keys() -> set[str]:
         custom={"CUSTOM": 1.0},
         video=[[0]],
         workers=[{"node_id": "n"}],
+        episode_sub_envs=[0, 1],
+        episode_ordinals=[0, 0],
+        round={"num_envs": 2, "quotas": [1, 1], "seed": 0, "shards": [[0, 2]], "device": None},
         step=1,
     )
     names = {

@@ -438,8 +438,8 @@ class Evaluator:
         import torch
         from tensordict import TensorDict
 
-        skip = f"{self._log_prefix}/workers"  # where the rounds ran: not numbers
-        data = {k: torch.as_tensor(v) for k, v in result.items() if v is not None and k != skip}
+        skip = {f"{self._log_prefix}/workers", f"{self._log_prefix}/round"}  # where and how the round ran: no numbers
+        data = {k: torch.as_tensor(v) for k, v in result.items() if v is not None and k not in skip}
         self._user_on_result(TensorDict(data, batch_size=[]))
 
 

@@ -5,6 +5,7 @@
     python -m simeval.launch --config launchers/mujoco-halfcheetah.yaml --watch runs/exp1/ckpt
     python -m simeval.launch --backend ray --num-gpus 1 --serve cheetah-eval
     python -m simeval.launch --suite suite.yaml --until-decided --checkpoint b.pt --baseline a.pt --out runs/ab
+    python -m simeval.launch --replay runs/ab/b --replay-episode 3:4 --video   # one recorded episode, re-run
 
 The launcher application, built on the library (imported by itself and the demo only:
 the import contracts say so): command line and config (``cli``, ``config``), what to evaluate
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parsed.cfg
         if cfg.launcher == "docker":
             return run_in_container(cfg, argv, parsed.config_path)
-        if cfg.source is None:
+        if cfg.source is None and not cfg.replay:
             if parsed.config_path:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
 

@@ -10,7 +10,8 @@ checkpoint on one nominal cell, a suite run (``--suite``) on the suite's cells
 (:class:`~simeval.strategies.LookStrategy`, :mod:`simeval.launch.adaptive`). Every
 strategy runs on the one :class:`~simeval.launch.scheduler.Scheduler`, whose
 :class:`~simeval.launch.session.Session` holds the evaluator slots. ``--serve``
-starts a named Ray evaluator whose worker writes the same lines itself.
+starts a named Ray evaluator whose worker writes the same lines itself. ``--replay`` re-runs one recorded
+episode (:mod:`simeval.launch.replay`) before any of this is built.
 SIGTERM/SIGINT set a stop flag: running rounds are abandoned (nothing partial is
 written) and the process exits 0.
 
@@ -63,6 +64,10 @@ def run(parsed: Parsed, out: str) -> int:
 
 def _run(parsed: Parsed, out: str) -> int:
     cfg = parsed.cfg
+    if cfg.mode == "replay":  # one recorded episode: no results file of its own, no evaluator slots
+        from simeval.launch.replay import replay  # the worker and the env: torch
+
+        return replay(parsed)
     stop = threading.Event()
     install_stop_handlers(stop)
     if "env" in parsed.explicit:

@@ -51,10 +51,14 @@ def build_env(
     cameras: tuple[str, ...] = (),
     image_size: int = 64,
     frame_stack: int = 1,
+    video_episode: tuple[int, int] = (0, 0),
+    video_name: str | None = None,
 ) -> EnvBase:
     """The env a worker evaluates on: ``make_env``'s (with a suite cell's ``condition``), and the ``--video`` recorder.
 
-    The recorder is added when ``video_dir`` is set.
+    The recorder is added when ``video_dir`` is set: it records each round's episode ``video_episode``
+    (sub-env, ordinal; a replay's, the first of sub-env 0 otherwise) into ``video_dir``, named ``video_name``
+    when given (else by the round's step).
     """
     views = {"cameras": cameras, "image_size": image_size, "frame_stack": frame_stack} if cameras else {}
     if simulator_for(name).prefix is not None:  # a "<prefix>:<task>" id: no env backend, no frames
@@ -78,7 +82,8 @@ def build_env(
     if video_dir:
         from simeval.launch.video import EpisodeVideo
 
-        env.append_transform(EpisodeVideo(video_dir))
+        sub_env, ordinal = video_episode
+        env.append_transform(EpisodeVideo(video_dir, sub_env=sub_env, ordinal=ordinal, name=video_name))
     return env
 
 
@@ -112,27 +117,8 @@ def make_evaluator(
     from simeval import Evaluator  # a lazy export: simeval.caller.evaluator loads NumPy
 
     return Evaluator(
-        functools.partial(
-            build_env,
-            plan.env,
-            cfg.max_steps,
-            device,
-            plan.obs_norm,
-            video_dir,
-            cfg.env_backend,
-            num_envs=cfg.num_envs,
-            condition=condition,
-            cameras=tuple(cfg.cameras),
-            image_size=cfg.image_size,
-            frame_stack=cfg.frame_stack,
-        ),
-        policy_factory=functools.partial(
-            build_policy,
-            plan.policy_factory,
-            dict(plan.policy_kwargs),
-            trusted=plan.trusted,
-            max_bytes=plan.max_policy_bytes,
-        ),
+        env_factory(cfg, plan, device, video_dir, condition),
+        policy_factory=policy_factory(plan),
         **({"time_budget_s": cfg.time_budget} if cfg.time_budget is not None else {"num_trajectories": cfg.episodes}),
         max_steps=cfg.max_steps,
         seed=cfg.seed,
@@ -152,6 +138,46 @@ def make_evaluator(
         # The run's progress board sets its own callback when a job starts; asking for progress from the
         # start makes every backend report the first round too (Ray starts its progress sink with it).
         on_progress=None if cfg.serve else _until_a_job_starts,
+    )
+
+
+def env_factory(
+    cfg: LaunchConfig,
+    plan: EvalPlan,
+    device: str | None,
+    video_dir: str | None,
+    condition: Condition | None = None,
+    **video: Any,
+) -> functools.partial:
+    """The env factory of ``plan`` under ``cfg`` (its env backend, sub-envs, cameras): :func:`build_env`, bound.
+
+    ``video`` goes to :func:`build_env` (``video_episode``, ``video_name``: a replay's recorder).
+    """
+    return functools.partial(
+        build_env,
+        plan.env,
+        cfg.max_steps,
+        device,
+        plan.obs_norm,
+        video_dir,
+        cfg.env_backend,
+        num_envs=cfg.num_envs,
+        condition=condition,
+        cameras=tuple(cfg.cameras),
+        image_size=cfg.image_size,
+        frame_stack=cfg.frame_stack,
+        **video,
+    )
+
+
+def policy_factory(plan: EvalPlan) -> functools.partial:
+    """The policy factory of ``plan``: :func:`simeval.factories.build_policy`, bound (its trust and its bound)."""
+    return functools.partial(
+        build_policy,
+        plan.policy_factory,
+        dict(plan.policy_kwargs),
+        trusted=plan.trusted,
+        max_bytes=plan.max_policy_bytes,
     )
 
 

@@ -1,8 +1,9 @@
 """``--video``: an MP4 of the first episode of each evaluation round, rendered headless.
 
-Frames of sub-env 0's first episode (``simeval.worker.frames.EpisodeFrames``) stream
-into a temporary MP4 (no frame is kept in memory); ``dump(step=...)``, which
-the worker calls after every round, moves it to ``<video_dir>/step_<step>.mp4``.
+Frames of sub-env 0's first episode (``simeval.worker.frames.EpisodeFrames``; a replay's:
+the replayed episode's) stream into a temporary MP4 (no frame is kept in memory);
+``dump(step=...)``, which the worker calls after every round, moves it to
+``<video_dir>/step_<step>.mp4`` (or to the recorder's ``name``).
 Nothing renders unless asked. ``MUJOCO_GL=egl`` (GPU or Mesa) by default, or ``osmesa``.
 """
 
@@ -18,12 +19,16 @@ if TYPE_CHECKING:
 
 
 class EpisodeVideo(EpisodeFrames):
-    """Streams each round's first episode (sub-env 0) to ``<video_dir>/step_<step>.mp4`` at ``fps``."""
+    """Streams each round's episode ``ordinal`` of ``sub_env`` (the first of sub-env 0 by default) to
+    ``<video_dir>/step_<step>.mp4``, or ``<video_dir>/<name>`` when given, at ``fps``."""
 
-    def __init__(self, video_dir: str, fps: int = 20) -> None:
-        super().__init__()
+    def __init__(
+        self, video_dir: str, fps: int = 20, *, sub_env: int = 0, ordinal: int = 0, name: str | None = None
+    ) -> None:
+        super().__init__(sub_env, ordinal)
         self.video_dir = video_dir
         self.fps = fps
+        self.name = name
         self._writer = None
         self._tmp = os.path.join(video_dir, f".recording-{os.getpid()}.mp4")
 
@@ -50,9 +55,13 @@ class EpisodeVideo(EpisodeFrames):
             self._writer.close()
             self._writer = None
 
-    def dump(self, step: int | None = None, suffix: str | None = None) -> None:
-        """Finish the round's recording and move it to ``step_<step>.mp4`` (``suffix`` is not used)."""
+    def dump(self, step: int | None = None, suffix: str | None = None) -> str | None:
+        """Finish the round's recording and move it to ``step_<step>.mp4`` (or ``name``); its path, None if
+        nothing was recorded (``suffix`` is not used)."""
         self.finish()
         self.on_end()
-        if os.path.exists(self._tmp):
-            os.replace(self._tmp, os.path.join(self.video_dir, f"step_{int(step or 0):09d}.mp4"))
+        if not os.path.exists(self._tmp):
+            return None
+        path = os.path.join(self.video_dir, self.name or f"step_{int(step or 0):09d}.mp4")
+        os.replace(self._tmp, path)
+        return path

@@ -24,6 +24,8 @@ _EPISODE_LISTS = (
     "episode_env_seeds",
     "episode_success_once",
     "episode_success_at_end",
+    "episode_sub_envs",
+    "episode_ordinals",
 )
 # Metrics recomputed over the joined episodes: metric -> the per-episode list it is the mean of.
 _SUCCESS_METRICS = (("success_once", "episode_success_once"), ("success_at_end", "episode_success_at_end"))
@@ -105,8 +107,8 @@ def merge_looks(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
     """``rows`` with each adaptive evaluation's looks made one row, where its first look was; other rows as they are.
 
     The looks of one (checkpoint, cell) are those with the same ``checkpoint_name``, step, task
-    and condition. The merged row is its last look's line with every look's per-episode lists
-    joined in look order, ``looks`` (how many), and ``metrics`` ``reward`` (the mean of all the
+    and condition. The merged row is its last look's line (less its ``round``) with every look's per-episode
+    lists joined in look order, ``looks`` (how many), and ``metrics`` ``reward`` (the mean of all the
     episodes), ``num_episodes``, and ``reward_ci_low``/``reward_ci_high``: the 95% confidence
     sequence of the mean (:class:`simeval.sequential.SequentialMean`, with the line's ``bounds``
     when it declares them, tuned for its plan's first look) replayed look by look, which holds
@@ -135,6 +137,7 @@ def merge_looks(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
 def _merged(looks: list[Mapping[str, Any]]) -> dict:
     """One row from an evaluation's looks (sorted by look)."""
     row = dict(looks[-1])
+    row.pop("round", None)  # each look was a round of its own: the merged row is none of them
     for key in _EPISODE_LISTS:
         if all(isinstance(line.get(key), list) for line in looks):
             row[key] = [v for line in looks for v in line[key]]

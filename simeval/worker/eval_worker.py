@@ -335,6 +335,7 @@ class EvalWorker:
         episodes = self._roll_out(quotas, env_seed, max_steps, overrides.exploration_type)
         raw = self._raw_metrics(episodes, step)
         raw.update(self._episode_identities(episodes, first, perturbs, seeded=seed is not None))
+        raw["round"] = self._round_shape(quotas, first, seed)
         self._add_frames(raw, step, leader=shard is None or shard.first == 0)
         self._append_record(raw)
         return raw
@@ -348,15 +349,20 @@ class EvalWorker:
         return perturbs
 
     def _episode_identities(self, episodes: Episodes, first: int, perturbs: list, seeded: bool) -> dict[str, Any]:
-        """``episode_seeds``, ``episode_env_seeds`` (``seeded`` rounds) and ``episode_conditions``, episode order.
+        """Where each episode ran, ``episode_seeds``, ``episode_env_seeds`` (``seeded`` rounds) and
+        ``episode_conditions``, in episode order.
 
-        Episode ``k`` of global sub-env ``i`` has :func:`simeval.conditions.episode_seed` ``(seed, i, k)``
-        (its conditions are drawn from it); ``episode_env_seeds`` is the seed the env's reset started it
+        ``episode_sub_envs`` / ``episode_ordinals``: episode ``k`` of global sub-env ``i`` (``first`` + its
+        local index) is ``(i, k)``. It has :func:`simeval.conditions.episode_seed` ``(seed, i, k)`` (its
+        conditions are drawn from it); ``episode_env_seeds`` is the seed the env's reset started it
         from, where the simulator names it (:meth:`~simeval.envs.simulators.Simulator.episode_env_seeds`:
         LeRobot's, to pair with lerobot-eval's).
         """
-        out: dict[str, Any] = {}
         positions = [(first + i, k) for i, k in zip(episodes.sub_envs, episodes.ordinals, strict=True)]
+        out: dict[str, Any] = {
+            "episode_sub_envs": [i for i, _ in positions],
+            "episode_ordinals": [k for _, k in positions],
+        }
         if seeded:
             out["episode_seeds"] = [episode_seed(self._round_seed, i, k) for i, k in positions]
             env_seeds = self._env_seeds(episodes)
@@ -369,6 +375,24 @@ class EvalWorker:
         if drawn:
             out["episode_conditions"] = drawn
         return out
+
+    def _round_shape(self, quotas: list[int], first: int, seed: int | None) -> dict[str, Any]:
+        """The round as a replay re-runs it: its sub-envs and their quotas, its seed, its worker's range, its devices.
+
+        ``seed`` is the round's own (a shard's sub-envs are seeded from it as its global ones), None for an
+        unseeded round; ``shards`` holds this worker's ``[first, size]`` (``shards.merge`` lists every worker's);
+        ``device`` is the settings' (None: the policy's own), ``policy_device`` and ``env_device`` where they ran.
+        """
+        env_device = getattr(self.env, "device", None)
+        return {
+            "num_envs": len(quotas),
+            "quotas": [int(q) for q in quotas],
+            "seed": None if seed is None else int(seed),
+            "shards": [[int(first), len(quotas)]],
+            "device": self.settings.device,
+            "policy_device": str(self._device),
+            "env_device": None if env_device is None else str(env_device),
+        }
 
     def _env_seeds(self, episodes: Episodes) -> list[int] | None:
         """The env's own seed of each episode, where its simulator has one (else None)."""

@@ -277,3 +277,21 @@ def _probe(out: str) -> None:
             results[name] = {"probe_error": traceback.format_exc()}
     with open(out, "w") as f:
         json.dump(results, f)
+
+
+def test_a_replayed_episode_comes_back_in_its_whole_round_on_the_cpu(tmp_path):
+    """``--replay``: sub-env 3's second episode, recorded by a process worker. Isaac Lab's sub-envs share one reset
+    generator, so the replay re-runs the whole round; it promises nothing to the bit, and on the CPU the offline
+    cartpole comes back equal."""
+    out, init = tmp_path / "out", "simeval.envs.simulators.isaaclab.app:app_launcher"
+    proc = launch(
+        "--env", TASK, "--checkpoint", checkpoints()[-1], "--episodes", "6", "--num-envs", "4", "--max-steps", "100",
+        "--seed", "3", "--device", "cpu", "--backend", "process", "--init-fn", init, "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = read_results(out)
+    assert (rec["episode_sub_envs"][5], rec["episode_ordinals"][5]) == (3, 1)
+    proc = launch("--replay", str(out), "--replay-episode", "1:5", "--init-fn", init)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "promise: Isaac Lab: the whole round re-run" in proc.stdout
+    assert f"replayed return {rec['episode_returns'][5]!r}" in proc.stdout and "equal to the bit: yes" in proc.stdout

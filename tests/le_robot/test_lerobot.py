@@ -258,3 +258,13 @@ def test_watch_evaluates_lerobot_trains_checkpoints_by_step_and_not_last(policy_
     )  # fmt: skip
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [(line["step"], line["status"]) for line in lines] == [(100, "ok"), (200, "ok")]
+
+
+def test_a_replayed_pusht_episode_comes_back_to_the_bit(policy_dir, tmp_path):
+    """``--replay``: an episode after sub-env 1's first (batch order: 3 then 2 episodes), re-run in its round.
+    LeRobot promises nothing to the bit; on PushT with a CPU policy it comes back equal all the same."""
+    line = simeval_launch(policy_dir, tmp_path / "out", num_envs=2, episodes=5)
+    assert (line["episode_sub_envs"][4], line["episode_ordinals"][4]) == (1, 1)
+    done = run(sys.executable, "-m", "simeval.launch", "--replay", str(tmp_path / "out"), "--replay-episode", "1:4")
+    assert "promise: LeRobot: each episode starts from its own env seed; not promised to the bit" in done.stdout
+    assert f"replayed return {line['episode_returns'][4]!r}" in done.stdout and "equal to the bit: yes" in done.stdout

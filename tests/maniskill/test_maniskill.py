@@ -214,3 +214,17 @@ def test_bad_maniskill_input_is_one_line(tmp_path):
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()[-1:]
     assert "friction_scale" in line and TASK in line, line
+
+
+def test_a_replayed_episode_comes_back_to_the_bit_as_promised(tmp_path):
+    """``--replay``: an episode after sub-env 1's first, re-run in its recorded round (ManiSkill3's promise)."""
+    out = tmp_path / "out"
+    proc = launch("--checkpoint", FINAL, "--env", TASK, "--episodes", "5", "--num-envs", "2", "--seed", "1",
+                  "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = read_results(out)
+    assert (line["episode_sub_envs"][4], line["episode_ordinals"][4]) == (1, 2)
+    proc = launch("--replay", str(out), "--replay-episode", "1:4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "promise: ManiSkill3: the same return to the bit" in proc.stdout
+    assert f"replayed return {line['episode_returns'][4]!r}" in proc.stdout and "equal to the bit: yes" in proc.stdout

@@ -398,3 +398,20 @@ def test_a_manipulation_tasks_episode_success_is_the_success_rate():
     assert r["eval/num_episodes"] == 2
     assert r["eval/success_rate"] == r["eval/log/Metrics/lift_height/episode_success"] == 0.0  # it never lifts
     assert r["eval/log/Episode_Termination/time_out"] == 1.0
+
+
+def test_a_replayed_episode_comes_back_to_the_bit_with_the_whole_round(run_dir, tmp_path):
+    """``--replay``: sub-env 3's second episode. mjlab's sub-envs share one reset generator, drawn in the order
+    episodes end, so only the whole recorded round gives it back; on the CPU device, to the bit (its promise)."""
+    out = tmp_path / "out"
+    proc = launch(
+        "--env", TASK, "--checkpoint", os.path.join(run_dir, "model_2.pt"), "--episodes", "6", "--num-envs", "4",
+        "--max-steps", "20", "--seed", "3", "--device", "cpu", "--backend", "thread", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = read_results(out)
+    assert (line["episode_sub_envs"][5], line["episode_ordinals"][5]) == (3, 1)
+    proc = launch("--replay", str(out), "--replay-episode", "1:5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "promise: mjlab: the same return to the bit on the CPU device, the whole round re-run" in proc.stdout
+    assert f"replayed return {line['episode_returns'][5]!r}" in proc.stdout and "equal to the bit: yes" in proc.stdout

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import DirectRound, EnvRequest, Simulator, TensorRound
+from simeval.envs.simulators.base import DirectRound, EnvRequest, ReplayPromise, Simulator, TensorRound
 from simeval.envs.simulators.gymnasium_vector import GymnasiumVector
 from simeval.envs.simulators.isaaclab import IsaacLab
 from simeval.envs.simulators.lerobot import LeRobot
@@ -31,6 +31,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "DirectRound",
     "EnvRequest",
+    "ReplayPromise",
     "Simulator",
     "TensorRound",
     "check_condition",

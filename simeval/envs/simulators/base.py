@@ -10,7 +10,8 @@ The launcher side asks it what it runs and applies (:meth:`~Simulator.runs`,
 env it built (:meth:`~Simulator.owns`), which round engine runs rounds
 (:meth:`~Simulator.round_source`), where episodes end by themselves
 (:meth:`~Simulator.episode_length`) and which per-step keys it reports
-(:meth:`~Simulator.info_keys`).
+(:meth:`~Simulator.info_keys`); a replay asks it what re-running a recorded round gives back
+(:meth:`~Simulator.replay_promise`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ class TensorRound:
 
     steps: Any
     vecnorm: Any
+
+
+@dataclass(frozen=True)
+class ReplayPromise:
+    """What re-running a recorded round gives back on a simulator (:meth:`Simulator.replay_promise`).
+
+    A replay (``python -m simeval.launch --replay``) re-runs the round an episode was recorded in, in the
+    recorded shape (its sub-envs and batch, seed and quotas), keeps the episode and drops the others.
+    """
+
+    exact: bool
+    """Whether the replayed return equals the recorded one to the bit: a replay that differs is then an error."""
+    text: str
+    """One line, printed with the replay: what holds, and why."""
 
 
 class Simulator(ABC):
@@ -228,6 +243,18 @@ class Simulator(ABC):
         seeds the env the same way. None: the records have simeval's own episode seeds alone.
         """
         return None
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """What a replay of a round of task ``name`` gives back, the round having run on ``device``: ``"cpu"``,
+        or the accelerator (``"cuda:0"``) its env or its policy ran on.
+
+        The default promises nothing: a replay then says whether the return came back equal, and a
+        difference is no error. Promise ``exact`` only where the same round shape, seed and weights give
+        the same return to the bit on the same machine (tested).
+        """
+        return ReplayPromise(
+            False, f"{self.title} declares no replay promise: the return may differ from the recorded one"
+        )
 
     @abstractmethod
     def make(self, request: EnvRequest) -> TransformedEnv:

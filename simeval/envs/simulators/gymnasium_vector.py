@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.base import EnvRequest, ReplayPromise
 from simeval.envs.simulators.gym_ids import GymIdSimulator
+from simeval.envs.simulators.mujoco_native import NATIVE_TASKS
 from simeval.envs.simulators.mujoco_native.gl import headless_gl
 
 if TYPE_CHECKING:
@@ -33,6 +34,20 @@ class GymnasiumVector(GymIdSimulator):
     def default_for(self, name: str) -> bool:
         """Every id: the fallback, where no other simulator of gymnasium ids claims it."""
         return True
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """The same return to the bit for gymnasium's MuJoCo v5 tasks on the CPU (each sub-env resets from its own
+        ``np_random``, seeded ``seed + i``; checked on HalfCheetah-v5); any other id: no promise."""
+        if name in NATIVE_TASKS and device == "cpu":
+            return ReplayPromise(
+                True,
+                "gymnasium: the same return to the bit for its MuJoCo tasks on the CPU (each sub-env resets from its "
+                "own generator, seeded seed + i)",
+            )
+        why = f"a policy on {device} may round differently from run to run" if name in NATIVE_TASKS else (
+            f"{name} may draw from randomness of its own besides its seeded generator"
+        )
+        return ReplayPromise(False, f"gymnasium: no promise to the bit ({why}); the replay says whether it came back")
 
     def base_env(self, request: EnvRequest) -> EnvBase:
         """``request.num_envs`` gymnasium sub-envs in a SyncVectorEnv under torchrl's GymWrapper."""

@@ -5,12 +5,12 @@ on the command line overrides it. Field names use underscores; YAML may use
 dashes too. Unknown YAML keys are an error, never silently ignored. Each
 field's default and help text live in its section only: ``cli.py`` makes the flags from them.
 
-Each feature owns a section (:mod:`.source`, :mod:`.backend`, :mod:`.container`, :mod:`.env`, :mod:`.policy`,
-:mod:`.selection`, :mod:`.search`, :mod:`.strategy`, :mod:`.output`): a dataclass mixin with its fields and a
-``check`` of its flags, reading other sections' settings only where its ``reads`` names them. :class:`LaunchConfig`
-is composed of the sections in :data:`SECTIONS`, and :meth:`LaunchConfig.validate` runs them in that order;
-:data:`MODES` names what a run does (:attr:`LaunchConfig.mode`). A new feature adds its section, and registers it in
-both tables.
+Each feature owns a section (:mod:`.source`, :mod:`.replay`, :mod:`.backend`, :mod:`.container`, :mod:`.env`,
+:mod:`.policy`, :mod:`.selection`, :mod:`.search`, :mod:`.strategy`, :mod:`.output`): a dataclass mixin with its
+fields and a ``check`` of its flags, reading other sections' settings only where its ``reads`` names them.
+:class:`LaunchConfig` is composed of the sections in :data:`SECTIONS`, and :meth:`LaunchConfig.validate` runs them
+in that order; :data:`MODES` names what a run does (:attr:`LaunchConfig.mode`). A new feature adds its section, and
+registers it in both tables.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from simeval.launch.config.container import LAUNCHERS, LauncherSection
 from simeval.launch.config.env import EnvSection
 from simeval.launch.config.output import LOGGERS, OutputSection
 from simeval.launch.config.policy import PolicySection
+from simeval.launch.config.replay import ReplaySection
 from simeval.launch.config.search import SearchSection
 from simeval.launch.config.selection import SelectionSection
 from simeval.launch.config.source import CHECKPOINT_FORMATS, SOURCES, SourceSection
@@ -45,6 +46,7 @@ DEVICE_ENV = "SIMEVAL_DEFAULT_DEVICE"
 # The sections, in the order their checks run (and their flags appear in --help).
 SECTIONS: tuple[type[Section], ...] = (
     SourceSection,
+    ReplaySection,
     BackendSection,
     LauncherSection,
     EnvSection,
@@ -57,6 +59,7 @@ SECTIONS: tuple[type[Section], ...] = (
 
 # What a run does, first match wins: app.py dispatches on the name.
 MODES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("replay", lambda cfg: bool(cfg.replay)),
     ("serve", lambda cfg: bool(cfg.serve)),
     ("select-best", lambda cfg: bool(cfg.select_best)),
     ("search", lambda cfg: bool(cfg.search)),
@@ -83,9 +86,9 @@ class LaunchConfig(*reversed(SECTIONS)):  # type: ignore[misc]  # fields in SECT
     def mode(self) -> str:
         """The one name of what the run does, for the launcher's table of modes.
 
-        ``"serve"``, ``"select-best"``, ``"until-decided"``, ``"until-precise"``, ``"suite"``, or the source of a
-        plain run: ``"checkpoint"``, ``"policy-server"``, ``"watch"`` (also without a source: the launcher then
-        watches the shipped training run).
+        ``"replay"``, ``"serve"``, ``"select-best"``, ``"until-decided"``, ``"until-precise"``, ``"suite"``, or the
+        source of a plain run: ``"checkpoint"``, ``"policy-server"``, ``"watch"`` (also without a source: the
+        launcher then watches the shipped training run).
         """
         return next(name for name, applies in MODES if applies(self))
 

@@ -30,7 +30,8 @@ class OutputSection(Section):
     logger: str = opt("csv", f"metrics logger besides results.jsonl: {', '.join(LOGGERS)}")
     video: bool = opt(
         False,
-        "record an MP4 of each round's first episode (sub-env 0) into OUT/videos/, named in the summary; "
-        "one frame a step: about 6 ms each with software OpenGL (a 1000-step episode: +9 s on 2 vCPUs)",
+        "record an MP4 of each round's first episode (sub-env 0) into OUT/videos/, named in the summary (--replay: "
+        "the replayed episode, into DIR/videos/); one frame a step: about 6 ms each with software OpenGL (a "
+        "1000-step episode: +9 s on 2 vCPUs)",
     )
     verbose: bool = opt(False, "show known third-party warnings and Ray's start-up and INFO logs (hidden by default)")

@@ -13,6 +13,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from simeval.envs.simulators.base import ReplayPromise
 from simeval.envs.simulators.task_config import TaskConfigSimulator
 from simeval.errors import EnvError
 
@@ -56,6 +57,23 @@ class IsaacLab(TaskConfigSimulator):
             return self.env_module().env_cfg(self.task(name))
         except EnvError:
             return None
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """Its sub-envs share one reset generator, drawn in the order episodes end: a replay re-runs the whole
+        round. Not promised to the bit: on the CPU the offline cartpole came back to the bit (an episode after a
+        sub-env's first included); Isaac Lab's documentation says PhysX repeats rigid bodies and articulations run
+        to run on the same GPU and Isaac Sim version (not cloth or soft bodies), which simeval has not checked."""
+        where = (
+            "on the CPU the offline cartpole comes back to the bit"
+            if device == "cpu"
+            else f"on {device} PhysX repeats rigid bodies and articulations on the same GPU model and Isaac Sim "
+            "version (Isaac Lab's word; not checked by simeval), not cloth or soft bodies"
+        )
+        return ReplayPromise(
+            False,
+            f"Isaac Lab: the whole round re-run (its sub-envs share one reset generator, drawn in the order episodes "
+            f"end); not promised to the bit: {where}",
+        )
 
     def owns(self, base: EnvBase) -> bool:
         """torchrl's IsaacLabWrapper (simeval's or a user's own; its module is loaded once one was built)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.base import EnvRequest, ReplayPromise
 from simeval.envs.simulators.lerobot import env as env_module
 from simeval.envs.simulators.sub_envs import SubEnvSimulator
 
@@ -52,6 +52,16 @@ class LeRobot(SubEnvSimulator):
     def check(self, name: str) -> None:
         """LeRobot and the type's package installed, and the task one it registers; a one-line EnvError otherwise."""
         env_module.env_config(self.task(name))
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """Each episode starts from its own env seed (lerobot-eval's). Checked to the bit on PushT with a CPU
+        policy; ALOHA's and MetaWorld's envs not: no promise."""
+        checked = "PushT came back to the bit with a CPU policy" if device == "cpu" else f"a policy on {device}"
+        return ReplayPromise(
+            False,
+            f"LeRobot: each episode starts from its own env seed; not promised to the bit ({checked}; ALOHA and "
+            "MetaWorld not checked)",
+        )
 
     def make(self, request: EnvRequest) -> TransformedEnv:
         """``request.num_envs`` sub-envs in one vector env, with the transform layout (no VecNorm: see :mod:`.env`)."""

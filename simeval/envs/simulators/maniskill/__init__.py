@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import EnvRequest
+from simeval.envs.simulators.base import EnvRequest, ReplayPromise
 from simeval.envs.simulators.maniskill import env as env_module
 from simeval.envs.simulators.sub_envs import SubEnvSimulator
 
@@ -32,6 +32,19 @@ class ManiSkill(SubEnvSimulator):
     def check(self, name: str) -> None:
         """ManiSkill3 installed and the task one it registers; a one-line EnvError naming the fix otherwise."""
         env_module.check_task(self.task(name))
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """The same return to the bit with a CPU policy: each sub-env is its own scene on SAPIEN's CPU physics,
+        reset from its own generator (checked on PushCube-v1, an episode after a sub-env's first included)."""
+        if device == "cpu":
+            return ReplayPromise(
+                True,
+                "ManiSkill3: the same return to the bit (each sub-env its own scene on the CPU physics, resetting "
+                "from its own generator)",
+            )
+        return ReplayPromise(
+            False, f"ManiSkill3: the physics repeats on the CPU, but a policy on {device} may round differently"
+        )
 
     def make(self, request: EnvRequest) -> TransformedEnv:
         """``request.num_envs`` ManiSkill3 envs in one vector env, with the transform layout; seeded when asked."""

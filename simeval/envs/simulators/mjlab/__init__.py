@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from simeval.envs.simulators.base import ReplayPromise
 from simeval.envs.simulators.task_config import TaskConfigSimulator
 from simeval.errors import EnvError
 
@@ -64,6 +65,22 @@ class Mjlab(TaskConfigSimulator):
             cameras=tuple(options["cameras"]),
             image_size=options.get("image_size") or (64, 64),
             frame_stack=int(options.get("frame_stack") or 1),
+        )
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """Its sub-envs share one reset generator, drawn in the order episodes end: a replay re-runs the whole
+        round. The same return to the bit on MuJoCo Warp's CPU device (checked on Mjlab-Velocity-Flat-Unitree-Go1,
+        an episode after a sub-env's first included); on a GPU, atomics: not to the bit."""
+        if device == "cpu":
+            return ReplayPromise(
+                True,
+                "mjlab: the same return to the bit on the CPU device, the whole round re-run (its sub-envs share one "
+                "reset generator, drawn in the order episodes end)",
+            )
+        return ReplayPromise(
+            False,
+            f"mjlab: the whole round re-run (one reset generator shared by the sub-envs), but on {device} its "
+            "physics kernels accumulate with atomics in no fixed order: not promised to the bit",
         )
 
     def owns(self, base: EnvBase) -> bool:

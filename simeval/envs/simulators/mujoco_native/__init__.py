@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from simeval.envs.simulators.base import DirectRound, EnvRequest
+from simeval.envs.simulators.base import DirectRound, EnvRequest, ReplayPromise
 from simeval.envs.simulators.gym_ids import GymIdSimulator
 from simeval.envs.simulators.mujoco_native.gl import headless_gl
 from simeval.envs.simulators.mujoco_native.terms import TERMS as MUJOCO_TERMS
@@ -97,6 +97,21 @@ class NativeMujoco(GymIdSimulator):
     def term_setter(self, base: EnvBase) -> Callable[[np.ndarray, dict[str, np.ndarray]], None]:
         """``MujocoBatchEnv.set_terms``: each of :attr:`terms` written into the sub-envs' own models."""
         return base.set_terms
+
+    def replay_promise(self, name: str, device: str) -> ReplayPromise:
+        """The same return to the bit with a CPU policy: MuJoCo steps every sub-env in C on the CPU, each sub-env
+        resets from its own generator, and the replay's policy sees the recorded batch (tests/test_replay.py)."""
+        if device == "cpu":
+            return ReplayPromise(
+                True,
+                "native MuJoCo: the same return to the bit (physics in C on the CPU, each sub-env resetting from "
+                "its own generator, the policy on the CPU over the recorded batch)",
+            )
+        return ReplayPromise(
+            False,
+            f"native MuJoCo: the physics repeats to the bit, but a policy on {device} may round differently from "
+            "run to run (its GPU kernels' reduction order), so the return is not promised to the bit",
+        )
 
     def owns(self, base: EnvBase) -> bool:
         """A MujocoBatchEnv (its module is loaded once one was built)."""

@@ -379,8 +379,8 @@ class MujocoBatchEnv(EnvBase):
         return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=device)
 
     # -- rendering --------------------------------------------------------
-    def render(self) -> np.ndarray:
-        """Sub-env 0 as an (H, W, 3) uint8 RGB frame, from the task's tracking camera.
+    def render(self, index: int = 0) -> np.ndarray:
+        """Sub-env ``index`` (0 by default) as an (H, W, 3) uint8 RGB frame, from the task's tracking camera.
 
         The renderer (an OpenGL context: ``MUJOCO_GL=egl`` or ``osmesa`` when
         headless) is created on the first call, in the calling thread. It draws no
@@ -390,13 +390,16 @@ class MujocoBatchEnv(EnvBase):
         """
         import mujoco
 
+        if not 0 <= index < self._n:
+            raise ValueError(f"sub-env {index} is not one of this env's {self._n}.")
         model = self._model
         if self._renderer is None:
             height, width = self._render_size
             model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
             model.vis.global_.offheight = max(model.vis.global_.offheight, height)
             self._render_data = mujoco.MjData(model)
-        data = self.groups[0].batch.get_data(0, self._render_data)
+        group = next(g for g in self.groups if g.first <= index < g.first + g.size)
+        data = group.batch.get_data(index - group.first, self._render_data)
         mujoco.mj_forward(model, data)
         if self._renderer is None:
             self._camera = self._make_camera(data)
