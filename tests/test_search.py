@@ -128,3 +128,41 @@ def test_search_flags_are_checked_in_one_line(flags, message, tmp_path):
     assert run.returncode == 2
     assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_evidence_replays_the_worst_failures_exactly_with_video_and_the_page_links_them(tmp_path):
+    out = str(tmp_path / "evidence")
+    run = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "64",
+              "--evidence", "2", "--out", out)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "evidence: the 2 worst failed episode(s) of the failing regions, replayed with video" in run.stdout
+    with open(os.path.join(out, "replays.jsonl")) as f:
+        replays = [json.loads(line) for line in f]
+    lines = _lines(out)
+    regions = [r for r in lines[-1]["map"]["regions"] if r["class"] == "fail"]
+    assert len(replays) == 2 and all(r["equal"] for r in replays)
+    for r in replays:
+        record = lines[r["line"] - 1]
+        assert r["recorded_return"] == record["episode_returns"][r["index"]] < 45
+        mass = r["conditions"]["body_mass_scale"]
+        assert any(g["bounds"]["body_mass_scale"][0] <= mass <= g["bounds"]["body_mass_scale"][1] for g in regions)
+        assert os.path.getsize(r["video"]) > 1000
+        assert (
+            r["command"] == f"python -m simeval.launch --replay {out} --replay-episode {r['line']}:{r['index']} --video"
+        )
+    inside = lambda m: any(lo <= m <= hi for lo, hi in (g["bounds"]["body_mass_scale"] for g in regions))  # noqa: E731
+    failed = sorted(
+        x
+        for rec in lines
+        for x, m in zip(rec["episode_returns"], rec["episode_conditions"]["body_mass_scale"], strict=True)
+        if x < 45 and inside(m)
+    )
+    assert [r["recorded_return"] for r in replays] == failed[:2]
+    page = tmp_path / "page.html"
+    shown = _report(out, "--html", str(page))
+    assert shown.returncode == 0, shown.stderr
+    text = page.read_text()
+    assert text.count("<video controls") == 2 and "evidence/videos/replay_line" in text
+    again = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "64",
+                "--evidence", "2", "--out", out)  # fmt: skip
+    assert "(2 replayed before)" in again.stdout  # a resume renders nothing twice

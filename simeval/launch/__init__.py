@@ -69,13 +69,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
 
             cfg.watch = SHIPPED_RUN  # embedded default: every checkpoint of the shipped training run
-        if cfg.video or cfg.cameras:  # before anything imports a simulator: MuJoCo reads MUJOCO_GL when imported
+        if cfg.video or cfg.cameras or cfg.evidence:  # before a simulator is imported: MuJoCo reads MUJOCO_GL then
             from simeval.envs.simulators import prepare_headless
 
             try:
                 prepare_headless()
             except ValueError as exc:
-                raise ConfigError(f"{'--video' if cfg.video else '--cameras'}: {exc}") from None
+                flag = "--video" if cfg.video else ("--cameras" if cfg.cameras else "--evidence")
+                raise ConfigError(f"{flag}: {exc}") from None
         if cfg.init_fn and cfg.backend == "thread":
             # The env lives in this process: the hook (e.g. AppLauncher) runs here, before torch.
 

@@ -107,13 +107,32 @@ def replay(parsed: Parsed) -> int:
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise ConfigError(f"--replay takes every setting from the results line: leave {flag} out.")
-    run_dir = cfg.replay
+    trusted = cfg.policy if "policy" in parsed.explicit else None
+    replay_episode(cfg, cfg.replay, cfg.replay_line, cfg.replay_index, bool(cfg.video), trusted)
+    return 0
+
+
+def replay_command(run_dir: str, line: int, index: int, video: bool = True) -> str:
+    """The command line that replays episode ``index`` of line ``line`` of ``run_dir``."""
+    return f"python -m simeval.launch --replay {run_dir} --replay-episode {line}:{index}" + (" --video" * video)
+
+
+def replay_episode(
+    cfg: LaunchConfig, run_dir: str, line_number: int, index: int, video: bool, trusted: str | None = None
+) -> dict[str, Any]:
+    """Re-run episode ``index`` of line ``line_number`` of ``run_dir`` in its recorded round, print what it gave and
+    append its line to ``run_dir``/replays.jsonl (with ``video``: the episode's MP4 under ``run_dir``/videos);
+    returns that line. ``cfg`` gives the reading limits; ``trusted``: a ``--policy`` the user typed.
+
+    Raises:
+        ConfigError: the run directory, its line or its checkpoint cannot give the episode back (one line).
+        ReplayError: the return differs where the simulator promises the same (after the replay's line).
+    """
     results = os.path.join(run_dir, "results.jsonl")
-    recorded = read_episode(run_dir, cfg.replay_line, cfg.replay_index)
+    recorded = read_episode(run_dir, line_number, index)
     record = recorded.record
     ck = _checkpoint(record, results, recorded.line, cfg.max_checkpoint_bytes)
-    trusted = cfg.policy if "policy" in parsed.explicit else None
-    run_cfg, explicit = _run_config(record, recorded, cfg, results, trusted)
+    run_cfg, explicit = _run_config(record, recorded, cfg, results, trusted, video)
     plan = plan_for(run_cfg, explicit, ck)
     if isinstance(record.get("plan"), dict) and plan_record(plan) != record["plan"]:
         raise ConfigError(
@@ -131,10 +150,10 @@ def replay(parsed: Parsed) -> int:
     device = recorded.device
     _check_device(recorded, results)
     promise = simulator_for(plan.env, run_cfg.env_backend).replay_promise(plan.env, recorded.ran_on)
-    video_name = f"replay_line{recorded.line}_episode{recorded.index}.mp4" if cfg.video else None
+    video_name = f"replay_line{recorded.line}_episode{recorded.index}.mp4" if video else None
     print(_heading(recorded, ck, results), flush=True)
     print(f"promise: {promise.text}", flush=True)
-    raw, video = _run_round(recorded, ck, run_cfg, plan, condition, device, video_name, run_dir, record)
+    raw, video_path = _run_round(recorded, ck, run_cfg, plan, condition, device, video_name, run_dir, record)
     replayed = _find(raw, recorded, results)
     equal = _same_bits(replayed[0], recorded.episode_return) and replayed[1] == recorded.length
     line = {
@@ -159,14 +178,15 @@ def replay(parsed: Parsed) -> int:
         "replayed_length": replayed[1],
         "equal": equal,
         "promise": {"exact": promise.exact, "text": promise.text},
-        "video": video,
+        "video": video_path,
+        "command": replay_command(run_dir, recorded.line, recorded.index, video),
     }
     append_record(os.path.join(run_dir, REPLAYS), line)
     print(f"recorded return {recorded.episode_return!r} ({recorded.length} steps)", flush=True)
     print(f"replayed return {replayed[0]!r} ({replayed[1]} steps)", flush=True)
     print(f"equal to the bit: {'yes' if equal else 'no'}", flush=True)
-    if video is not None:
-        print(f"video: {video}", flush=True)
+    if video_path is not None:
+        print(f"video: {video_path}", flush=True)
     print(f"replay: {os.path.join(run_dir, REPLAYS)}", flush=True)
     if not equal and promise.exact:
         raise ReplayError(
@@ -175,7 +195,7 @@ def replay(parsed: Parsed) -> int:
             f"a simulator that promises the same return to the bit: this machine, or its simeval, simulator or torch, "
             f"does not repeat the recorded round (see {os.path.join(run_dir, REPLAYS)})."
         )
-    return 0
+    return line
 
 
 def read_episode(run_dir: str, line: int, index: int) -> Recorded:
@@ -278,7 +298,7 @@ def _checkpoint(record: dict[str, Any], results: str, line: int, max_bytes: int)
 
 
 def _run_config(
-    record: dict[str, Any], recorded: Recorded, cfg: LaunchConfig, results: str, trusted: str | None
+    record: dict[str, Any], recorded: Recorded, cfg: LaunchConfig, results: str, trusted: str | None, video: bool
 ) -> tuple[LaunchConfig, set[str]]:
     """The settings the line was evaluated with, as a config (checked as a profile's are), and those it gives.
 
@@ -310,7 +330,7 @@ def _run_config(
         "cameras": settings.get("cameras") or [],
         "image_size": settings.get("image_size", 64),
         "frame_stack": settings.get("frame_stack", 1),
-        "video": cfg.video,
+        "video": video,
         "init_fn": cfg.init_fn,
     }
     if record.get("env_backend") in env_backends():

@@ -10,6 +10,7 @@ through the strategy; lines of another search refuse the resume in one line).
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from simeval.launch.cells import Nominal
 from simeval.launch.config import ConfigError, LaunchConfig
 from simeval.launch.scheduler import Scheduler
 from simeval.launch.sources import checkpoint_name
+from simeval.records import numbered_records, read_records
 from simeval.stats.failure_map import SearchAxis, key_text
 from simeval.strategies import SearchPlan, SearchStrategy
 
@@ -116,7 +118,29 @@ def run_search(session: Session, log: ResultsLog, ck: Checkpoint) -> int:
         f"rounds of {plan.round_episodes} episode(s), at most {plan.max_episodes}, alpha {cfg.alpha:g}",
         flush=True,
     )
-    return Scheduler(session, {"": log}, strategy).run()
+    code = Scheduler(session, {"": log}, strategy).run()
+    if code == 0 and cfg.evidence and strategy.finished and not session.stop.is_set():
+        render_evidence(cfg, strategy, log.path, cfg.evidence)
+    return code
+
+
+def render_evidence(cfg: LaunchConfig, strategy: SearchStrategy, results: str, k: int) -> list[dict]:
+    """Replay the ``k`` worst failed episodes of the map's failing regions with video (those not replayed with video
+    before); their replay lines (``OUT/replays.jsonl``)."""
+    from simeval.launch.replay import REPLAYS, replay_episode
+
+    run_dir = os.path.dirname(results)
+    worst = strategy.worst_failures(list(numbered_records(results)), k)
+    if not worst:
+        print("evidence: no failed episode inside a failing region to replay.", flush=True)
+        return []
+    replays = os.path.join(run_dir, REPLAYS)
+    before = read_records(replays) if os.path.exists(replays) else []
+    done = {(r.get("line"), r.get("index")) for r in before if r.get("video")}
+    todo = [(number, index) for number, index, _ in worst if (number, index) not in done]
+    print(f"evidence: the {len(worst)} worst failed episode(s) of the failing regions, replayed with video "
+          f"({len(worst) - len(todo)} replayed before)", flush=True)  # fmt: skip
+    return [replay_episode(cfg, run_dir, number, index, video=True) for number, index in todo]
 
 
 def _check_ours(records: list[dict], plan: SearchPlan, ck: Checkpoint, path: str) -> None:

@@ -136,9 +136,10 @@ def write_png(strategy: SearchStrategy, path: str | os.PathLike) -> str:
     return write_atomically(path, lambda f: f.write(raw))
 
 
-def html_page(strategy: SearchStrategy, evidence: list[dict] | None = None) -> str:
-    """The ``--html`` page of a search run: the map drawn, its table, and the replayed evidence (with the command
-    that replays each episode and its video, where the run rendered one)."""
+def html_page(strategy: SearchStrategy, evidence: list[dict] | None = None, base: str = ".") -> str:
+    """The ``--html`` page of a search run: the map drawn, its table, and the replayed evidence (the run's
+    ``replays.jsonl`` lines: the command that replays each episode, its return, its drawn values, and its video
+    linked relative to ``base``, the page's folder)."""
     esc = html.escape
     csp = "default-src 'none'; img-src data:; media-src 'self'; style-src 'unsafe-inline'"
     rows = []
@@ -151,10 +152,15 @@ def html_page(strategy: SearchStrategy, evidence: list[dict] | None = None) -> s
     shown = []
     for item in evidence or []:
         video = item.get("video")
-        player = f'<video controls src="{esc(os.path.basename(video))}"></video>' if video else ""
+        link = ""
+        if video:
+            href = esc(os.path.relpath(str(video), base).replace(os.sep, "/"), quote=True)
+            link = f'<video controls preload="none" src="{href}"></video><a href="{href}">{esc(href)}</a>'
+        drawn = ", ".join(f"{k} {v:.4g}" for k, v in (item.get("conditions") or {}).items())
+        same = "equal to the bit" if item.get("equal") else "not equal to the record"
         shown.append(
-            f"<li><code>{esc(item['command'])}</code> return {item['return']:.2f} "
-            f"({esc(item.get('conditions', ''))}){player}</li>"
+            f"<li><code>{esc(str(item.get('command', '')))}</code>: return {float(item['replayed_return']):.2f} "
+            f"({esc(drawn)}; {same}){link}</li>"
         )
     evidence_html = f"<h2>Evidence</h2>\n<ul id=\"evidence\">{''.join(shown)}</ul>\n" if shown else ""
     summary = esc(strategy.table().splitlines()[0])
@@ -177,8 +183,8 @@ def html_page(strategy: SearchStrategy, evidence: list[dict] | None = None) -> s
 
 
 def write_html(strategy: SearchStrategy, path: str | os.PathLike, evidence: list[dict] | None = None) -> str:
-    """Write :func:`html_page` to ``path`` atomically; returns the path."""
-    page = html_page(strategy, evidence).encode("utf-8")
+    """Write :func:`html_page` to ``path`` atomically (its videos linked relative to it); returns the path."""
+    page = html_page(strategy, evidence, os.path.dirname(os.path.abspath(path))).encode("utf-8")
     return write_atomically(path, lambda f: f.write(page))
 
 

@@ -170,7 +170,7 @@ class SearchStrategy(Strategy):
         """Take a round: each episode's drawn values and whether it failed go to the map; the round's line."""
         key = tuple(job.owner)
         self.pending.pop(key, None)
-        values, failed = self._episodes(job, result)
+        values, failed = self.episodes_of(result, job.cell.label(job.name))
         self.map.observe(key, values, failed)
         self.episodes += len(failed)
         self._update_stop()
@@ -206,8 +206,9 @@ class SearchStrategy(Strategy):
         """The map is finished, the budget spent, or a round failed; nothing in flight."""
         return self.stop is not None and not self.pending
 
-    def _episodes(self, job: Job, result: Mapping[str, Any]) -> tuple[list[dict[str, float]], list[bool]]:
-        """(each episode's drawn values of the axes, whether it failed) of a round's result or line."""
+    def episodes_of(self, result: Mapping[str, Any], where: str) -> tuple[list[dict[str, float]], list[bool]]:
+        """(each episode's drawn values of the axes, whether it failed) of a round's result or line; an
+        :class:`EpisodeError` naming ``where`` when the round did not record what the search needs."""
         returns, _, has_success = values_of(result)
         prefix = "eval/" if "eval/episode_returns" in result else ""
         names = [a.name for a in self.plan.axes]
@@ -219,7 +220,7 @@ class SearchStrategy(Strategy):
         missing = [n for n, v in drawn.items() if v is None or len(v) != len(returns)]
         if missing:
             raise EpisodeError(
-                f"{job.cell.label(job.name)}: the round did not record each episode's {missing[0]} "
+                f"{where}: the round did not record each episode's {missing[0]} "
                 "(episode_conditions): a searched setting must be drawn per episode."
             )
         values = [{n: float(drawn[n][i]) for n in names} for i in range(len(returns))]
@@ -227,7 +228,7 @@ class SearchStrategy(Strategy):
             return values, [not (r >= self.plan.fail_below) for r in returns]
         if not has_success:
             raise EpisodeError(
-                f"{job.cell.label(job.name)}: the task records no success, so a failed episode is not defined: "
+                f"{where}: the task records no success, so a failed episode is not defined: "
                 "give --fail-below R (an episode fails when its return is below R)."
             )
         key = next(k for k in _SUCCESS_KEYS if result.get(f"{prefix}{k}") is not None)
@@ -263,6 +264,22 @@ class SearchStrategy(Strategy):
         job = self._job(key)
         self.pending[key] = job
         return job
+
+    def worst_failures(self, lines: list[tuple[int, Mapping[str, Any]]], k: int) -> list[tuple[int, int, float]]:
+        """The ``k`` lowest-returning failed episodes inside the map's ``fail`` regions, as (line number, index in
+        the line, return), from the run's numbered lines (the evidence a run replays)."""
+        failing = [r for r in self.map.regions() if r.klass == "fail"]
+        found = []
+        for number, record in lines:
+            if record.get("status") != "ok" or "region" not in record:
+                continue
+            values, failed = self.episodes_of(record, f"line {number}")
+            returns = record["episode_returns"]
+            for i, (drawn, bad) in enumerate(zip(values, failed, strict=True)):
+                inside = any(all(lo <= drawn[n] <= hi for n, (lo, hi) in r.bounds.items()) for r in failing)
+                if bad and inside:
+                    found.append((float(returns[i]), number, i))
+        return [(number, i, ret) for ret, number, i in sorted(found)[: max(0, int(k))]]
 
     def _counts(self) -> str:
         regions = self.map.regions()

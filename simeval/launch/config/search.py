@@ -45,6 +45,13 @@ class SearchSection(Section):
         action="append",
     )
 
+    evidence: int = opt(
+        0,
+        "--search: then replay the K lowest-returning failed episodes of the failing regions exactly, with video "
+        "(OUT/replays.jsonl, OUT/videos/; the report's --html page links them)",
+        metavar="K",
+    )
+
     def prepare(self) -> None:
         """``search`` and ``resolution`` as lists (a repeated flag, a YAML list or one value)."""
         for name in ("search", "resolution"):
@@ -105,6 +112,7 @@ class SearchSection(Section):
                 ("--fail-below", self.fail_below is not None),
                 ("--failure-rate", self.failure_rate != 0.5),
                 ("--resolution", bool(self.resolution)),
+                ("--evidence", bool(self.evidence)),
             ):
                 if given:
                     raise ConfigError(f"{name} sets the failure search: add --search SETTING=LOW:HIGH.")
@@ -116,6 +124,8 @@ class SearchSection(Section):
         if len(set(names)) != len(names):
             raise ConfigError(f"--search names {names[0]} twice: give each setting once.")
         self.resolutions  # noqa: B018 - checks --resolution
+        if self.evidence < 0:
+            raise ConfigError(f"--evidence must be >= 0 (episodes to replay), got {self.evidence}.")
         if not 0 < self.failure_rate < 1:
             raise ConfigError(f"--failure-rate must be in (0, 1), got {self.failure_rate}.")
         if self.fail_below is not None and not math.isfinite(self.fail_below):
