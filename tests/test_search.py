@@ -36,7 +36,7 @@ def _report(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("search") / "mass")
-    run = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "192",
+    run = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
               "--out", out)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return out
@@ -53,8 +53,8 @@ def test_the_search_maps_where_a_heavier_cheetah_fails(searched):
     assert light and all(r["class"] == "pass" for r in light)
     assert heavy and all(r["class"] == "fail" for r in heavy)
     boundary = last["map"]["boundary"]
-    assert boundary["direction"] == "increasing" and 1.0 <= boundary["low"] < boundary["high"] <= 2.5
-    assert sum(r["n"] for r in regions) == sum(len(r["episode_returns"]) for r in lines) <= 192
+    assert boundary["direction"] == "increasing" and 0.5 <= boundary["low"] < boundary["high"] <= 2.5 and boundary["high"] - boundary["low"] < 2.0
+    assert sum(r["n"] for r in regions) == sum(len(r["episode_returns"]) for r in lines) <= 160
 
 
 def test_each_round_draws_its_episodes_within_its_region_on_its_own_seed(searched):
@@ -93,7 +93,7 @@ def test_the_report_prints_draws_and_pages_the_map(searched, tmp_path):
 
 def test_a_finished_search_resumed_evaluates_nothing(searched):
     before = _lines(searched)
-    again = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "192",
+    again = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
                 "--out", searched)  # fmt: skip
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resuming: {len(before)} round(s)" in again.stdout
@@ -115,15 +115,31 @@ def test_two_searched_checkpoints_compare_region_by_region(searched, tmp_path):
     ("flags", "message"),
     [
         (["--search", "body_mass_scale=3:0.5"], "--search 'body_mass_scale=3:0.5': expected SETTING=LOW:HIGH"),
-        (["--search", "wind=0:1"], "--search: unknown setting 'wind'"),
         (["--search", "gravity=-12:-5", "--search", "gravity=-9:-1"], "--search names gravity twice"),
         (["--search", "body_mass_scale=0.5:3", "--resolution", "5"], "--resolution '5' for body_mass_scale"),
         (["--fail-below", "10"], "--fail-below sets the failure search: add --search SETTING=LOW:HIGH."),
         (["--search", "body_mass_scale=0.5:3", "--failure-rate", "1.5"], "--failure-rate must be in (0, 1)"),
+        (["--search", "body_mass_scale=0.5:3", "--evidence", "-1"], "--evidence must be >= 0"),
+        (["--search", "body_mass_scale=0.5:3", "--suite", "s.yaml"], "--search maps one --checkpoint over its ranges"),
+    ],
+)
+def test_search_flags_are_checked_in_one_line(flags, message, tmp_path, capsys):
+    from simeval.launch import main
+
+    assert main([*ARGS, *flags, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(tmp_path / "x")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--search", "wind=0:1"], "--search: unknown setting 'wind'"),
         (["--search", "body_mass_scale=0.5:3", "--env-backend", "gymnasium"], "body_mass_scale set model physics"),
     ],
 )
-def test_search_flags_are_checked_in_one_line(flags, message, tmp_path):
+def test_a_searched_setting_the_env_cannot_take_is_one_line_before_any_round(flags, message, tmp_path):
     run = cli(*ARGS, *flags, "--out", str(tmp_path / "x"))
     assert run.returncode == 2
     assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr

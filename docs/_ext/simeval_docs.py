@@ -173,6 +173,23 @@ def _make_record_keywords(root: str) -> set[str]:
     return found
 
 
+def _strategy_fields(root: str) -> set[str]:
+    """The keys a strategy adds to its lines: the constant keys of each ``fields = {...}`` and ``fields.update(...)``
+    in ``simeval/strategies/`` (a :class:`~simeval.strategies.Write`'s ``fields``)."""
+    found: set[str] = set()
+    for module, tree in _modules(root):
+        if not module.startswith("simeval.strategies"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "fields" for t in node.targets):
+                if isinstance(node.value, ast.Dict):
+                    found.update(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "update":
+                if getattr(node.func.value, "id", None) == "fields":
+                    found.update(kw.arg for kw in node.keywords if kw.arg is not None)
+    return found
+
+
 def results_keys(root: str) -> set[str]:
     """The top-level keys a results.jsonl line can have, from the code that writes them."""
     from simeval.records import failed_record, make_record
@@ -206,7 +223,7 @@ def results_keys(root: str) -> set[str]:
 
     task = SuiteTask("HalfCheetah-v5", 1, 0, 1, 10, {"nominal": Condition()}, reference=(0.0, 1.0), bounds=(0.0, 1.0))
     keys |= set(Cell(task, "nominal", Condition()).context("SUITE"))  # a suite's lines (--suite)
-    return keys | _make_record_keywords(root)
+    return keys | _make_record_keywords(root) | _strategy_fields(root)
 
 
 def metric_keys() -> set[str]:

@@ -132,7 +132,8 @@ def render_evidence(cfg: LaunchConfig, strategy: SearchStrategy, results: str, k
     run_dir = os.path.dirname(results)
     worst = strategy.worst_failures(list(numbered_records(results)), k)
     if not worst:
-        print("evidence: no failed episode inside a failing region to replay.", flush=True)
+        print("evidence: no failed episode inside a region that fails (or fails at the level's rate) to replay.",
+              flush=True)  # fmt: skip
         return []
     replays = os.path.join(run_dir, REPLAYS)
     before = read_records(replays) if os.path.exists(replays) else []

@@ -266,9 +266,13 @@ class SearchStrategy(Strategy):
         return job
 
     def worst_failures(self, lines: list[tuple[int, Mapping[str, Any]]], k: int) -> list[tuple[int, int, float]]:
-        """The ``k`` lowest-returning failed episodes inside the map's ``fail`` regions, as (line number, index in
-        the line, return), from the run's numbered lines (the evidence a run replays)."""
-        failing = [r for r in self.map.regions() if r.klass == "fail"]
+        """The ``k`` lowest-returning failed episodes inside the map's ``fail`` regions (where none is decided yet:
+        inside the ``uncertain`` ones whose failure rate is at least the level), as (line number, index in the line,
+        return), from the run's numbered lines (the evidence a run replays)."""
+        regions = self.map.regions()
+        failing = [r for r in regions if r.klass == "fail"] or [
+            r for r in regions if r.klass == "uncertain" and r.n and r.estimate >= self.plan.failure_rate
+        ]
         found = []
         for number, record in lines:
             if record.get("status") != "ok" or "region" not in record:
