@@ -53,7 +53,8 @@ def test_the_search_maps_where_a_heavier_cheetah_fails(searched):
     assert light and all(r["class"] == "pass" for r in light)
     assert heavy and all(r["class"] == "fail" for r in heavy)
     boundary = last["map"]["boundary"]
-    assert boundary["direction"] == "increasing" and 0.5 <= boundary["low"] < boundary["high"] <= 2.5 and boundary["high"] - boundary["low"] < 2.0
+    assert boundary["direction"] == "increasing" and 0.5 <= boundary["low"] < boundary["high"] <= 2.5
+    assert boundary["high"] - boundary["low"] < 2.0
     assert sum(r["n"] for r in regions) == sum(len(r["episode_returns"]) for r in lines) <= 160
 
 
