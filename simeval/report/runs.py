@@ -51,6 +51,15 @@ def read_results(out_dir: str) -> list[dict]:
     return sorted(rows, key=lambda r: r["step"])
 
 
+def holds_run_of(out_dir: str, field: str) -> bool:
+    """Whether ``out_dir``'s results.jsonl holds a line with the mapping ``field`` (the plan a strategy writes on
+    each of its lines: ``selection``, ``search``)."""
+    path = os.path.join(out_dir, "results.jsonl")
+    if not os.path.isfile(path):
+        return False
+    return any(isinstance(r.get(field), dict) for r in read_records(path))
+
+
 def read_failures(out_dir: str) -> list[dict]:
     """The failed lines of ``out_dir``'s results.jsonl that still stand, in file order.
 

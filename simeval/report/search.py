@@ -23,6 +23,7 @@ from typing import Any
 
 from simeval.atomic import write_atomically
 from simeval.records import read_records
+from simeval.report.runs import holds_run_of
 from simeval.strategies import SearchPlan, SearchStrategy
 
 CLASS_COLOURS = {"fail": "#d62728", "uncertain": "#7f7f7f", "pass": "#2ca02c"}
@@ -30,10 +31,7 @@ CLASS_COLOURS = {"fail": "#d62728", "uncertain": "#7f7f7f", "pass": "#2ca02c"}
 
 def is_search(out_dir: str) -> bool:
     """Whether ``out_dir``'s results.jsonl holds a search run's lines."""
-    path = os.path.join(out_dir, "results.jsonl")
-    if not os.path.isfile(path):
-        return False
-    return any(isinstance(r.get("search"), dict) for r in read_records(path))
+    return holds_run_of(out_dir, "search")
 
 
 def replay_search(out_dir: str) -> SearchStrategy:

@@ -20,15 +20,13 @@ from types import SimpleNamespace
 
 from simeval.atomic import write_atomically
 from simeval.records import read_records
+from simeval.report.runs import holds_run_of
 from simeval.strategies import SelectionPlan, SelectionStrategy
 
 
 def is_selection(out_dir: str) -> bool:
     """Whether ``out_dir``'s results.jsonl holds a selection run's lines."""
-    path = os.path.join(out_dir, "results.jsonl")
-    if not os.path.isfile(path):
-        return False
-    return any(isinstance(r.get("selection"), dict) for r in read_records(path))
+    return holds_run_of(out_dir, "selection")
 
 
 def replay_selection(out_dir: str) -> SelectionStrategy:
