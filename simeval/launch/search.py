@@ -23,6 +23,7 @@ from simeval.launch.sources import checkpoint_name
 from simeval.records import numbered_records, read_records
 from simeval.stats.failure_map import SearchAxis, key_text
 from simeval.strategies import SearchPlan, SearchStrategy
+from simeval.strategies.search import box_text
 
 if TYPE_CHECKING:
     from simeval.checkpoints import Checkpoint
@@ -66,8 +67,7 @@ class RegionCell(Nominal):
 
     def label(self, name: str) -> str:
         """``checkpoint NAME region BOX round V``."""
-        box = " x ".join(f"{n} [{lo:.4g}, {hi:.4g}]" for n, (lo, hi) in self.bounds.items())
-        return f"checkpoint {name} region {box} round {self.visit}"
+        return f"checkpoint {name} region {box_text(self.bounds)} round {self.visit}"
 
 
 def plan_of(cfg: LaunchConfig) -> SearchPlan:

@@ -25,6 +25,7 @@ from simeval.atomic import write_atomically
 from simeval.records import read_records
 from simeval.report.runs import holds_run_of
 from simeval.strategies import SearchPlan, SearchStrategy
+from simeval.strategies.search import box_text
 
 CLASS_COLOURS = {"fail": "#d62728", "uncertain": "#7f7f7f", "pass": "#2ca02c"}
 
@@ -53,8 +54,6 @@ def replay_search(out_dir: str) -> SearchStrategy:
 
     strategy = SearchStrategy(None, name, plan, cell_for, int(first.get("seed") or 0))
     strategy.replay({"": records})
-    if strategy.stop is None and records and records[-1].get("stop"):
-        strategy.stop = str(records[-1]["stop"])
     return strategy
 
 
@@ -103,11 +102,12 @@ def _curve(ax: Any, data: Mapping[str, Any], plan: SearchPlan) -> None:
 
 
 def _heatmap(fig: Any, ax: Any, data: Mapping[str, Any], plan: SearchPlan) -> None:
+    import matplotlib.cm as cm
     import matplotlib.colors as mcolors
     import matplotlib.patches as mpatches
 
     x, y = plan.axes[0].name, plan.axes[1].name
-    cmap, norm = mcolors.LinearSegmentedColormap.from_list("fail", ["#2ca02c", "#ffffbf", "#d62728"]), None
+    cmap = mcolors.LinearSegmentedColormap.from_list("fail", ["#2ca02c", "#ffffbf", "#d62728"])
     norm = mcolors.Normalize(0.0, 1.0)
     for r in data["regions"]:
         (x0, x1), (y0, y1) = r["bounds"][x], r["bounds"][y]
@@ -121,8 +121,6 @@ def _heatmap(fig: Any, ax: Any, data: Mapping[str, Any], plan: SearchPlan) -> No
     ax.set_ylim(plan.axes[1].low, plan.axes[1].high)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    import matplotlib.cm as cm
-
     fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="failure rate (F: fail, ?: uncertain)")
 
 
@@ -142,7 +140,7 @@ def html_page(strategy: SearchStrategy, evidence: list[dict] | None = None, base
     csp = "default-src 'none'; img-src data:; media-src 'self'; style-src 'unsafe-inline'"
     rows = []
     for r in strategy.map.as_data()["regions"]:
-        box = " x ".join(f"{n} [{lo:.4g}, {hi:.4g}]" for n, (lo, hi) in r["bounds"].items())
+        box = box_text(r["bounds"])
         rate = "-" if r["estimate"] is None else f"{r['estimate']:.2f}"
         cells = (box, r["n"], r["failures"], rate, f"[{r['low']:.2f}, {r['high']:.2f}]", r["class"])
         rows.append(f'<tr class="{esc(r["class"])}">' + "".join(f"<td>{esc(str(c))}</td>" for c in cells) + "</tr>")
@@ -201,16 +199,16 @@ def compare_maps(a: SearchStrategy, b: SearchStrategy, label_a: str = "A", label
     differ: dict[tuple[str, str], list[str]] = {("pass", "fail"): [], ("fail", "pass"): []}
     for ra in a.map.regions():
         for rb in b.map.regions():
-            box = []
+            box = {}
             for n in names:
                 lo, hi = max(ra.bounds[n][0], rb.bounds[n][0]), min(ra.bounds[n][1], rb.bounds[n][1])
                 if hi <= lo:
                     break
-                box.append(f"{n} [{lo:.4g}, {hi:.4g}]")
+                box[n] = (lo, hi)
             else:
                 pair = (ra.klass, rb.klass)
                 if pair in differ:
-                    differ[pair].append(" x ".join(box))
+                    differ[pair].append(box_text(box))
     confidence = 1 - (1 - pa.confidence) - (1 - pb.confidence)
     lines = [
         f"failure maps compared: {label_a} ({a.ck_name}) and {label_b} ({b.ck_name}); failure = {pa.failure}, "

@@ -140,7 +140,6 @@ class SearchStrategy(Strategy):
         self.map = plan.new_map()
         self.rounds: dict[tuple[int, ...], int] = {}  # region key -> rounds proposed on it
         self.pending: dict[tuple[int, ...], Job] = {}
-        self.episodes = 0
         self.stop: str | None = None
 
     # -- the strategy -------------------------------------------------------
@@ -148,7 +147,7 @@ class SearchStrategy(Strategy):
         """The regions that want a round, as many as slots are free, while the budget holds another round."""
         if self.stop is not None:
             return []
-        room = (self.plan.max_episodes - self.episodes) // self.plan.round_episodes - len(self.pending)
+        room = (self.plan.max_episodes - self.map.episodes) // self.plan.round_episodes - len(self.pending)
         free = min(self.parallel - len(self.pending), room)
         if free <= 0:
             return []
@@ -172,7 +171,6 @@ class SearchStrategy(Strategy):
         self.pending.pop(key, None)
         values, failed = self.episodes_of(result, job.cell.label(job.name))
         self.map.observe(key, values, failed)
-        self.episodes += len(failed)
         self._update_stop()
         fields = {
             "search": self.plan.as_data(),
@@ -181,8 +179,8 @@ class SearchStrategy(Strategy):
         if self.finished:
             fields.update(stop=self.stop, map=self.map.as_data())
         message = (
-            f"{self.ck_name} region {_box(job.cell.bounds)} round {job.look}: {sum(failed)}/{len(failed)} failed; "
-            f"{self.episodes} episode(s), {self._counts()}"
+            f"{self.ck_name} region {box_text(job.cell.bounds)} round {job.look}: {sum(failed)}/{len(failed)} "
+            f"failed; {self.map.episodes} episode(s), {self._counts()}"
         )
         return Step(writes=[Write(job, dict(result), seconds, slot, fields=fields)], message=message)
 
@@ -192,7 +190,7 @@ class SearchStrategy(Strategy):
         finished = self.map.finished
         if finished is not None and not self.pending:
             self.stop = finished
-        elif self.plan.max_episodes - self.episodes < self.plan.round_episodes and not self.pending:
+        elif self.plan.max_episodes - self.map.episodes < self.plan.round_episodes and not self.pending:
             self.stop = "budget"
 
     def failed(self, job: Job, error: BaseException) -> Step:
@@ -299,7 +297,8 @@ def _bounds_data(bounds: Mapping[str, tuple[float, float]]) -> dict[str, list[fl
     return {name: [float(lo), float(hi)] for name, (lo, hi) in bounds.items()}
 
 
-def _box(bounds: Mapping[str, Any]) -> str:
+def box_text(bounds: Mapping[str, Any]) -> str:
+    """A region's bounds as messages, tables and pages show them: ``mass [0.5, 1.125] x push [0, 2.5]``."""
     return " x ".join(f"{name} [{lo:.4g}, {hi:.4g}]" for name, (lo, hi) in bounds.items())
 
 
@@ -313,7 +312,7 @@ def map_table(data: Mapping[str, Any], plan: SearchPlan, stop: str | None, name:
         f"{'region':<40} {'episodes':>8} {'failed':>7} {'rate':>6}  {'interval':<16} class",
     ]
     for r in regions:
-        box = " x ".join(f"{n} [{lo:.4g}, {hi:.4g}]" for n, (lo, hi) in r["bounds"].items())
+        box = box_text(r["bounds"])
         rate = "-" if r["estimate"] is None else f"{r['estimate']:.2f}"
         rows.append(
             f"{box:<40} {r['n']:>8} {r['failures']:>7} {rate:>6}  [{r['low']:.2f}, {r['high']:.2f}]{'':<4} "
@@ -332,8 +331,7 @@ def map_table(data: Mapping[str, Any], plan: SearchPlan, stop: str | None, name:
     worst = [r for r in regions if r["class"] != "pass" and r["n"] and r["estimate"] is not None]
     if worst:
         w = max(worst, key=lambda r: r["estimate"])
-        rows.append(f"worst region: {' x '.join(f'{n} [{lo:.4g}, {hi:.4g}]' for n, (lo, hi) in w['bounds'].items())}"
-                    f" ({w['failures']}/{w['n']} failed)")  # fmt: skip
+        rows.append(f"worst region: {box_text(w['bounds'])} ({w['failures']}/{w['n']} failed)")
     spent = data.get("episodes", 0)
     why = {"budget": "the budget (--max-episodes) is spent", None: "not finished"}.get(stop, stop)
     rows.append(f"{spent} episode(s) of {plan.max_episodes}; stopped: {why}")
