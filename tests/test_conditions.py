@@ -13,7 +13,7 @@ from scipy import stats
 
 from simeval.conditions import Condition, episode_seed
 from simeval.envs import make_env
-from simeval.envs.perturb import _mix, hashed_normal
+from simeval.noise import _mix, hashed_normal
 
 
 def _splitmix_reference(x: int) -> int:

@@ -41,9 +41,7 @@ from torchrl.envs.transforms import Compose, Transform
 from simeval.condition_terms import STATEFUL, term
 from simeval.conditions import Condition, episode_seed, kind_of, round_seed
 from simeval.envs.layout import IMAGE_PREFIX, resets_itself
-from simeval.noise import _mix, hashed_normal
 
-__all__ = ["Perturb", "chunk_tail_delays", "find_perturb", "hashed_normal", "perturbed", "_mix"]
 AROUND_ENV = ("observation", "action")
 """The kinds of terms this transform plays around any env; a term of another kind is its simulator's to apply."""
 SimulatorTerms = Callable[[np.ndarray, dict[str, np.ndarray]], None]

@@ -57,7 +57,7 @@ def test_observation_noise_follows_every_episode_isaac_lab_starts_inside_a_step(
     import torch
 
     from simeval.conditions import episode_seed
-    from simeval.envs.perturb import hashed_normal
+    from simeval.noise import hashed_normal
 
     assert sum(map(sum, probed["done"])) >= NUM_ENVS  # Isaac Lab reset sub-envs inside steps
     for step, positions in enumerate(_expected_episodes(probed)):
