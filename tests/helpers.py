@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from tensordict import TensorDict
@@ -311,3 +312,12 @@ def slow_cheetah(num_envs: int = 4, delay: float = 0.01, max_steps: int = 100, o
 def count_envs(num_envs: int = 4, length: int = 3):
     """``num_envs`` CountEnv sub-envs whose episodes all last ``length`` steps (a factory taking num_envs)."""
     return count_env(lengths=[length] * num_envs)
+
+
+def write_dist_info(site: Path, module: str, group: str, entries: str) -> None:
+    """An installed distribution's metadata in ``site`` (a folder on sys.path): ``module``'s dist-info with
+    ``entries`` (``name = module:attr`` lines) in the entry-point group ``group``; nothing is installed into a venv."""
+    dist = Path(site) / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{entries}\n")

@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from helpers import write_dist_info
 
 from simeval import condition_terms
 from simeval.conditions import Condition, episode_seed, kind_of
@@ -50,10 +51,7 @@ class Wind(ConditionTerm):
 def install_terms(tmp_path, monkeypatch, entries: str, module: str = "my_terms", source: str = TERMS) -> None:
     """An installed distribution (module + dist-info with ``simeval.conditions`` entry points) on sys.path."""
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-    dist = tmp_path / f"{module}-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[simeval.conditions]\n{entries}\n")
+    write_dist_info(tmp_path, module, "simeval.conditions", entries)
     monkeypatch.syspath_prepend(str(tmp_path))
     condition_terms.registered.cache_clear()
 

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 import torch
+from helpers import write_dist_info
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.envs import CatFrames, TransformedEnv
@@ -149,10 +150,7 @@ class Stacked(PolicyKind):
 
 def test_a_third_party_policy_kind_is_found_by_its_entry_point(tmp_path, monkeypatch):
     (tmp_path / "stacked_kind.py").write_text(textwrap.dedent(PLUGIN))
-    dist = tmp_path / "stacked_kind-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: stacked-kind\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[simeval.policy_kinds]\nstacked = stacked_kind:Stacked\n")
+    write_dist_info(tmp_path, "stacked_kind", "simeval.policy_kinds", "stacked = stacked_kind:Stacked")
     monkeypatch.syspath_prepend(str(tmp_path))
     registered.cache_clear()
     try:

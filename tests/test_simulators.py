@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import write_dist_info
 from simulator_contract import backend_of, sample_id, simulator_contract
 
 from simeval.conditions import KINDS, Condition
@@ -82,10 +83,7 @@ class Pendulums(GymnasiumVector):
 def install_plugin(tmp_path, monkeypatch, module: str, source: str, entry: str) -> None:
     """An installed distribution (module + dist-info with a ``simeval.simulators`` entry point) on sys.path."""
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-    dist = tmp_path / f"{module}-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[simeval.simulators]\n{entry}\n")
+    write_dist_info(tmp_path, module, "simeval.simulators", entry)
     monkeypatch.syspath_prepend(str(tmp_path))
     registered.cache_clear()
 

@@ -16,6 +16,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from helpers import write_dist_info
 from launch_helpers import _env
 
 from simeval.checkpoints.shipped import SHIPPED_RUN
@@ -78,10 +79,7 @@ class Twice(StrategyKind):
 @pytest.mark.parametrize("name", ["twice", "fixed"])
 def test_a_strategy_is_registered_by_its_entry_point_and_a_taken_name_is_one_line(name, tmp_path, monkeypatch):
     (tmp_path / "twice_strategy.py").write_text(PLUGIN.format(name=name))
-    dist = tmp_path / "twice_strategy-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: twice-strategy\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[simeval.strategies]\ntwice = twice_strategy:Twice\n")
+    write_dist_info(tmp_path, "twice_strategy", "simeval.strategies", "twice = twice_strategy:Twice")
     monkeypatch.syspath_prepend(str(tmp_path))
     registered.cache_clear()
     try:

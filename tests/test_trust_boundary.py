@@ -19,6 +19,7 @@ import zipfile
 
 import pytest
 import torch
+from helpers import write_dist_info
 from launch_helpers import REPO, TESTS, cli, read_records, write_checkpoints
 
 from simeval.checkpoints import CheckpointError, load_checkpoint
@@ -148,10 +149,7 @@ def test_a_factory_registered_through_an_entry_point_is_built_and_others_are_not
         "from simeval.policies import gaussian_actor\n"
         "def actor(env, width: int = 16):\n    return gaussian_actor(env, hidden=[width])\n"
     )
-    info = site / "mynets-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mynets\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[simeval.policy_factories]\nactor = mynets:actor\n")
+    write_dist_info(site, "mynets", "simeval.policy_factories", "actor = mynets:actor")
     (path,) = write_checkpoints(str(tmp_path / "ckpt"), steps=(500,))
     _rewrite(path, policy_factory="mynets:actor", policy_kwargs={"width": 16})
     ck = load_checkpoint(path)
