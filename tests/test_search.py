@@ -121,7 +121,7 @@ def test_two_searched_checkpoints_compare_region_by_region(searched, tmp_path):
         (["--fail-below", "10"], "--fail-below sets the failure search: add --search SETTING=LOW:HIGH."),
         (["--search", "body_mass_scale=0.5:3", "--failure-rate", "1.5"], "--failure-rate must be in (0, 1)"),
         (["--search", "body_mass_scale=0.5:3", "--evidence", "-1"], "--evidence must be >= 0"),
-        (["--search", "body_mass_scale=0.5:3", "--suite", "s.yaml"], "--search maps one --checkpoint over its ranges"),
+        (["--search", "body_mass_scale=0.5:3", "--suite", "s.yaml"], "give each task its own search: block"),
     ],
 )
 def test_search_flags_are_checked_in_one_line(flags, message, tmp_path, capsys):

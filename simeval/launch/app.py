@@ -144,10 +144,17 @@ def _looks(run: Run) -> int:
 
 
 def _suite(run: Run) -> int:
+    """The suite's cells, then its tasks' ``search:`` blocks (:mod:`simeval.launch.suite_search`)."""
     from simeval.launch.suite_run import run_suite
+    from simeval.launch.suite_search import run_searches, searched_tasks
 
     cfg, stop = run.session.cfg, run.session.stop
-    return run_suite(run.session, run.log, run.suite, lambda seen: source_of(cfg, seen, stop, run.ck))
+    code = 0
+    if run.suite.cells():
+        code = run_suite(run.session, run.log, run.suite, lambda seen: source_of(cfg, seen, stop, run.ck))
+    if code or stop.is_set() or not searched_tasks(run.suite):
+        return code
+    return run_searches(run.session, run.suite, run.ck, run.out)  # check_suite: --checkpoint's, loaded
 
 
 def _checkpoint(run: Run) -> int:

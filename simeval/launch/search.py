@@ -41,6 +41,8 @@ class RegionCell(Nominal):
     visit: int = 0
     episodes: int = 1
     seed: int = 0
+    base: LaunchConfig | None = None
+    """The search's settings where they are not the run's (a suite task's search); None: the run's."""
 
     @property
     def key(self) -> tuple:  # type: ignore[override]
@@ -58,8 +60,12 @@ class RegionCell(Nominal):
         return Condition.parse({name: [lo, hi] for name, (lo, hi) in self.bounds.items()}, where="--search")
 
     def config(self, cfg: LaunchConfig) -> LaunchConfig:
-        """The run's settings with the round's episode count and seed."""
-        return dataclasses.replace(cfg, episodes=self.episodes, seed=self.seed)
+        """The search's settings with the round's episode count and seed."""
+        return dataclasses.replace(self.base or cfg, episodes=self.episodes, seed=self.seed)
+
+    def explicit(self, explicit: set[str]) -> set[str]:
+        """The run's explicit settings, and the env where a suite task names it."""
+        return explicit | {"env"} if self.base is not None else explicit
 
     def context(self) -> dict[str, Any]:
         """The round's condition and seed (with the region, which the strategy adds)."""
@@ -94,14 +100,18 @@ def plan_of(cfg: LaunchConfig) -> SearchPlan:
     )  # fmt: skip
 
 
-def run_search(session: Session, log: ResultsLog, ck: Checkpoint) -> int:
-    """``--search`` of ``ck`` into ``log``'s directory, resuming what is there; exit 0."""
-    cfg = session.cfg
+def run_search(session: Session, log: ResultsLog, ck: Checkpoint, cfg: LaunchConfig | None = None) -> int:
+    """The search ``cfg`` asks for (default: the run's ``--search``; a suite task's block,
+    :mod:`simeval.launch.suite_search`) of ``ck`` into ``log``'s directory, resuming what is there; exit 0."""
+    base = cfg
+    cfg = cfg or session.cfg
     plan = plan_of(cfg)
     name = checkpoint_name(ck.path, None)
 
     def cell_for(region: tuple[int, ...], bounds: dict, visit: int, seed: int) -> RegionCell:
-        return RegionCell(region=region, bounds=dict(bounds), visit=visit, episodes=plan.round_episodes, seed=seed)
+        return RegionCell(
+            region=region, bounds=dict(bounds), visit=visit, episodes=plan.round_episodes, seed=seed, base=base
+        )
 
     strategy = SearchStrategy(ck, name, plan, cell_for, int(cfg.seed), parallel=len(session.slots))
     records = list(log.records())

@@ -20,6 +20,9 @@
         cameras: [track]                     # optional: what this task's policy sees (--cameras by default)
         image_size: 96
         prompt: hop forward                  # optional: the task's text, sent to a policy server
+        search:                              # optional: where it fails (simeval.launch.suite_search)
+          ranges: {body_mass_scale: [0.5, 3.0]}
+          max_episodes: 512
 
 A cell is (task, condition). A task's ``cameras``, ``image_size`` and ``frame_stack`` replace the
 run's ``--cameras``, ``--image-size`` and ``--frame-stack`` for its cells (the flags are the
@@ -57,10 +60,13 @@ from simeval.envs import task_config
 from simeval.envs.cfg_overrides import apply_cfg_overrides
 from simeval.envs.simulators import check_condition, env_id_forms, simulator_for
 from simeval.launch.config import ConfigError
+from simeval.launch.suite_search import SuiteSearch, parse_search
 from simeval.yaml_files import YamlError, read_yaml
 
 _TOP = ("name", "episodes", "seed", "num_envs", "max_steps", "bounds", "tasks")
-_TASK = ("env", "conditions", "reference", "bounds", "deterministic", "episodes", "seed", "num_envs", "max_steps")
+_TASK = (
+    "env", "conditions", "search", "reference", "bounds", "deterministic", "episodes", "seed", "num_envs", "max_steps"
+)  # fmt: skip
 SEES = ("cameras", "image_size", "frame_stack", "prompt")  # what a task's policy sees; None: the run's flags
 _TASK += SEES
 MAX_PROMPT = 4096  # characters: a task's instruction, not a document
@@ -91,6 +97,8 @@ class SuiteTask:
     """The task's text, sent to a policy server with every request (openpi's ``prompt``), or None."""
     deterministic: bool = False
     """Whether the task has no randomness (``deterministic: true``): identical differences are then a verdict."""
+    search: SuiteSearch | None = None
+    """Its ``search:`` block (:mod:`simeval.launch.suite_search`), or None."""
 
 
 @dataclass(frozen=True)
@@ -182,12 +190,16 @@ def _suite(data: Any, path: str) -> Suite:
 
 
 def check_conditions(task: SuiteTask, backend: str | None, where: str) -> None:
-    """Every condition of ``task`` one its simulator can apply (on ``backend``); else ValueError naming it."""
-    for name, condition in task.conditions.items():
+    """Every condition of ``task``, and its searched settings, ones its simulator can apply (on ``backend``); else
+    ValueError naming the field."""
+    named = {f"conditions.{name}": condition for name, condition in task.conditions.items()}
+    if task.search is not None:
+        named["search.ranges"] = task.search.condition
+    for field_name, condition in named.items():
         try:
             check_condition(task.env, condition, backend)
         except ValueError as exc:
-            raise ValueError(f"{where}.conditions.{name}: {exc}") from None
+            raise ValueError(f"{where}.{field_name}: {exc}") from None
 
 
 def _check_cfg_overrides(task: SuiteTask, where: str) -> None:
@@ -226,8 +238,9 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
     env = data.get("env")
     if not isinstance(env, str) or not env:
         raise ValueError(f"{where}.env: every task names its env ({env_id_forms()}).")
-    conditions = data.get("conditions", {"nominal": {}})
-    if not isinstance(conditions, Mapping) or not conditions:
+    search = parse_search(data["search"], where + ".search") if "search" in data else None
+    conditions = data.get("conditions", {"nominal": {}} if search is None else {})
+    if not isinstance(conditions, Mapping) or not (conditions or search):
         raise ValueError(f"{where}.conditions: a mapping of condition names to settings ({{}}: the nominal env).")
     parsed = {}
     for name, settings in conditions.items():
@@ -244,6 +257,7 @@ def _task(data: Any, where: str, defaults: dict[str, Any]) -> SuiteTask:
         reference=_reference(data.get("reference"), where + ".reference"),
         bounds=_bounds(data["bounds"], where + ".bounds") if "bounds" in data else defaults["bounds"] or _declared(env),
         deterministic=_flag(data, "deterministic", where + "."),
+        search=search,
         **_sees(data, where + "."),
     )
 

@@ -135,7 +135,18 @@ def check_suite(parsed: Parsed) -> Suite:
         except ValueError as exc:
             raise ConfigError(f"{cfg.suite}: task {task.env}: {exc}") from None
         _check_sees(task, cfg, f"{cfg.suite}: tasks[{i}].")
+        if task.search is not None:
+            _check_search(cfg, f"{cfg.suite}: tasks[{i}].search")
     return suite
+
+
+def _check_search(cfg: LaunchConfig, where: str) -> None:
+    """A ``search:`` block maps one ``--checkpoint`` in a plain suite run; a ConfigError naming it otherwise."""
+    if cfg.mode != "suite":
+        raise ConfigError(f"{where}: a search runs in a plain suite run of one --checkpoint: leave --{cfg.mode} out.")
+    if cfg.source != "checkpoint":
+        given = f" instead of --{cfg.source.replace('_', '-')}" if cfg.source else ""
+        raise ConfigError(f"{where}: a search maps one checkpoint: give --checkpoint CK{given}.")
 
 
 def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:

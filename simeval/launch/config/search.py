@@ -15,6 +15,22 @@ from simeval.launch.config.base import ConfigError, Section, opt
 MAX_AXES = 2
 
 
+def range_problem(low: object, high: object) -> str | None:
+    """Why ``low``, ``high`` cannot be a searched range (finite numbers, ``low < high``), or None."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
+    if not numbers or not (math.isfinite(low) and math.isfinite(high) and low < high):  # type: ignore[arg-type]
+        return "finite numbers LOW < HIGH"
+    return None
+
+
+def resolution_problem(value: object, low: float, high: float) -> str | None:
+    """Why ``value`` cannot be the resolution of the range ``[low, high]`` (a width in ``(0, high - low]``), or None."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (number and 0 < value <= high - low):  # type: ignore[operator]
+        return f"a width in (0, {high - low:g}], the range {low:g}:{high:g}"
+    return None
+
+
 @dataclass
 class SearchSection(Section):
     """``--search``: the searched ranges, what a failed episode is, the level and the resolution."""
@@ -70,7 +86,7 @@ class SearchSection(Section):
                 lo, hi = float(low), float(high)
             except ValueError:
                 lo = hi = math.nan
-            if not name.strip() or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            if not name.strip() or range_problem(lo, hi):
                 raise ConfigError(
                     f"--search {text!r}: expected SETTING=LOW:HIGH with finite numbers LOW < HIGH "
                     "(e.g. body_mass_scale=0.5:3.0)."
@@ -98,10 +114,9 @@ class SearchSection(Section):
                 value = float(text)
             except (TypeError, ValueError):
                 value = math.nan
-            if not (math.isfinite(value) and 0 < value <= hi - lo):
-                raise ConfigError(
-                    f"--resolution {text!r} for {name}: a width in (0, {hi - lo:g}], the range {lo:g}:{hi:g}."
-                )
+            problem = resolution_problem(value, lo, hi)
+            if problem:
+                raise ConfigError(f"--resolution {text!r} for {name}: {problem}.")
             out.append(value)
         return out
 
@@ -130,8 +145,12 @@ class SearchSection(Section):
             raise ConfigError(f"--failure-rate must be in (0, 1), got {self.failure_rate}.")
         if self.fail_below is not None and not math.isfinite(self.fail_below):
             raise ConfigError(f"--fail-below must be a finite return, got {self.fail_below}.")
+        if self.suite:
+            raise ConfigError(
+                f"--search with --suite {self.suite}: give each task its own search: block in the suite instead."
+            )
         others = {
-            "--watch": self.watch, "--serve": self.serve, "--suite": self.suite, "--until-decided": self.until_decided,
+            "--watch": self.watch, "--serve": self.serve, "--until-decided": self.until_decided,
             "--until-precise": self.until_precise is not None, "--select-best": self.select_best,
             "--baseline": self.baseline, "--time-budget": self.time_budget is not None,
             "--policy-server": self.policy_server,
