@@ -68,6 +68,7 @@ def test_a_step_response_is_split_into_pass_and_fail_and_the_boundary_holds_the_
     assert b.high - b.low <= 3 * finest + 1e-9  # refined to the resolution on both sides of the crossing
     worst = m.worst()
     assert worst.klass == "fail" and worst.estimate == max(r.estimate for r in m.regions() if r.klass != "pass")
+    assert m.as_data()["worst"] == list(worst.key)  # what the printed table's worst region reads
 
 
 def test_a_round_splits_a_region_and_its_episodes_seed_the_children_in_order():

@@ -90,6 +90,11 @@ def test_the_report_prints_draws_and_pages_the_map(searched, tmp_path):
     for region in last["map"]["regions"]:
         lo, hi = region["bounds"]["body_mass_scale"]
         assert f"body_mass_scale [{lo:.4g}, {hi:.4g}]" in shown.stdout
+    (worst,) = [r for r in last["map"]["regions"] if r["key"] == last["map"]["worst"]]
+    lo, hi = worst["bounds"]["body_mass_scale"]
+    assert f"worst region: body_mass_scale [{lo:.4g}, {hi:.4g}] ({worst['failures']}/{worst['n']} failed)" in (
+        shown.stdout
+    )
 
 
 def test_a_finished_search_resumed_evaluates_nothing(searched):

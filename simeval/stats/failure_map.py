@@ -585,8 +585,9 @@ class _Tree:
         return Boundary(None, None, None, "not monotone: pass and fail regions alternate along the axis")
 
     def as_data(self) -> dict:
-        """The map as plain data for a results line: the settings, the leaves, why it finished, and (one axis) the
-        boundary."""
+        """The map as plain data for a results line: the settings, the leaves, why it finished, the worst leaf's key
+        (:meth:`worst`; None where there is none), and (one axis) the boundary."""
+        worst = self.worst()
         data = {
             "axes": [{"name": a.name, "low": a.low, "high": a.high, "resolution": a.resolution} for a in self.axes],
             "failure_rate": self.failure_rate,
@@ -594,6 +595,7 @@ class _Tree:
             "episodes": self.episodes,
             "finished": self.finished,
             "regions": [r.as_data() for r in self.regions()],
+            "worst": None if worst is None else list(worst.key),
         }
         if len(self.axes) == 1:
             data["boundary"] = self.boundary().as_data()

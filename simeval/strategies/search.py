@@ -328,9 +328,7 @@ def map_table(data: Mapping[str, Any], plan: SearchPlan, stop: str | None, name:
             )
         else:
             rows.append(f"boundary: none ({boundary.get('reason')})")
-    worst = [r for r in regions if r["class"] != "pass" and r["n"] and r["estimate"] is not None]
-    if worst:
-        w = max(worst, key=lambda r: r["estimate"])
+    for w in (r for r in regions if r["key"] == data.get("worst")):
         rows.append(f"worst region: {box_text(w['bounds'])} ({w['failures']}/{w['n']} failed)")
     spent = data.get("episodes", 0)
     why = {"budget": "the budget (--max-episodes) is spent", None: "not finished"}.get(stop, stop)
