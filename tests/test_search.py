@@ -7,13 +7,18 @@ find, with every episode's drawn mass recorded and every region's class consiste
 
 from __future__ import annotations
 
+import base64
+import html
+import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
-from launch_helpers import _env, cli
+from launch_helpers import _env, cli, write_checkpoints
 
 from simeval.checkpoints.shipped import SHIPPED_RUN
 from simeval.strategies.search import region_seed
@@ -38,6 +43,22 @@ def searched(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("search") / "mass")
     run = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
               "--out", out)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory) -> str:
+    """An untrained policy's checkpoint: it fails (return < 45 in 40 steps) at every mass."""
+    return write_checkpoints(str(tmp_path_factory.mktemp("untrained")), steps=(0,))[0]
+
+
+@pytest.fixture(scope="module")
+def failing(untrained, tmp_path_factory) -> str:
+    """The untrained policy's map over ``searched``'s range and failure: every region decided ``fail``."""
+    out = str(tmp_path_factory.mktemp("search") / "untrained")
+    run = cli("--checkpoint", untrained, *ARGS[2:], "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45",
+              "--max-episodes", "64", "--out", out)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return out
 
@@ -188,3 +209,121 @@ def test_evidence_replays_the_worst_failures_exactly_with_video_and_the_page_lin
     again = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "64",
                 "--evidence", "2", "--out", out)  # fmt: skip
     assert "(2 replayed before)" in again.stdout  # a resume renders nothing twice
+
+
+def _decided_overlaps(run_a: str, run_b: str, klass_a: str, klass_b: str) -> list[str]:
+    """The boxes where the maps the two runs wrote overlap with classes ``klass_a`` (A's) and ``klass_b`` (B's)."""
+    boxes = []
+    for ra in _lines(run_a)[-1]["map"]["regions"]:
+        for rb in _lines(run_b)[-1]["map"]["regions"]:
+            (a0, a1), (b0, b1) = ra["bounds"]["body_mass_scale"], rb["bounds"]["body_mass_scale"]
+            lo, hi = max(a0, b0), min(a1, b1)
+            if hi > lo and (ra["class"], rb["class"]) == (klass_a, klass_b):
+                boxes.append(f"body_mass_scale [{lo:.4g}, {hi:.4g}]")
+    return boxes
+
+
+def _pixels(page: str, image: str, colour: str) -> int:
+    """How many pixels of the page's embedded PNG ``image`` (its id) are ``colour`` (#rrggbb)."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    src = re.search(rf'<img id="{image}"[^>]* src="data:image/png;base64,([^"]+)"', page).group(1)
+    rgb = (mpimg.imread(io.BytesIO(base64.b64decode(src)))[..., :3] * 255).round()
+    return int((np.abs(rgb - [int(colour[i : i + 2], 16) for i in (1, 3, 5)]).sum(-1) <= 6).sum())
+
+
+def test_two_maps_compared_on_a_page_show_both_their_difference_and_where_b_fails(searched, failing, tmp_path):
+    from test_compare import _Page
+
+    from simeval.report.search import PAIR_COLOURS
+
+    page = tmp_path / "report" / "maps.html"
+    shown = _report("compare", searched, failing, "--html", str(page))
+    assert shown.returncode == 0, shown.stderr
+    assert f"html: {page}" in shown.stdout
+    assert "untrained fails where mass passes: body_mass_scale [0.5, " in shown.stdout
+    assert os.listdir(page.parent) == ["maps.html"]  # written whole: no temporary file left beside it
+    text = page.read_text()
+    assert len(re.findall(r'<img id="(maps|difference)"[^>]* src="data:image/png;base64,', text)) == 2
+    assert not re.search(r"<script|<link|https?://", text)
+    dom = _Page()
+    dom.feed(text)
+    rows = [r for r in dom.rows if r]
+    b_fails = _decided_overlaps(searched, failing, "pass", "fail")
+    assert b_fails, "the trained policy passes the light masses, where the untrained one fails"
+    assert rows == [["untrained fails where mass passes", box] for box in b_fails] + [
+        ["mass fails where untrained passes", "nowhere the maps decided"]
+    ]
+    assert not _decided_overlaps(searched, failing, "fail", "pass")
+    # the difference is drawn: a band where B fails and A passes, none the other way (only its legend's patch)
+    assert _pixels(text, "difference", PAIR_COLOURS["b fails"]) > 5000
+    assert _pixels(text, "difference", PAIR_COLOURS["a fails"]) < 500
+    # the table compare prints, escaped, on the page
+    assert html.escape(shown.stdout.split("\nhtml: ")[0]) in text
+
+
+def test_the_two_maps_page_renders_in_a_browser(searched, failing, tmp_path):
+    """The page forbids every fetch (its CSP); a copy with a probe script says what headless Chromium decoded."""
+    from test_compare import _PROBE, _chromium_dom, _Page
+
+    if shutil.which("chromium") is None and not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("no chromium here (tests/test_compare.py installs it where it can)")
+    page = tmp_path / "maps.html"
+    assert _report("compare", searched, failing, "--html", str(page)).returncode == 0
+    text = page.read_text()
+    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+    assert csp in text
+    probed = tmp_path / "probed.html"
+    probed.write_text(text.replace(csp, csp + "; script-src 'unsafe-inline'").replace("</body>", _PROBE + "</body>"))
+    dom = _Page()
+    dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
+    images = json.loads(dom.probe)
+    assert [i[0] for i in images] == ["maps", "difference"], images
+    assert all(complete and width > 0 for _id, complete, width, *_ in images), images
+    assert ["untrained fails where mass passes", "body_mass_scale [0.5, 1.125]"] in dom.rows, dom.rows
+
+
+def test_two_maps_of_two_axes_compare_on_a_page(untrained, tmp_path):
+    out = str(tmp_path / "pushed")
+    run = cli("--checkpoint", untrained, *ARGS[2:], "--search", "body_mass_scale=0.5:3.0", "--search", "push=0:10",
+              "--fail-below", "45", "--max-episodes", "32", "--out", out)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = tmp_path / "maps.html"
+    shown = _report("compare", out, out, "--html", str(page))
+    assert shown.returncode == 0, shown.stderr
+    text = page.read_text()
+    assert len(re.findall(r'<img id="(maps|difference)"[^>]* src="data:image/png;base64,', text)) == 2
+    assert text.count("<td>nowhere the maps decided</td>") == 2  # a map against itself differs nowhere
+
+
+def test_the_two_maps_page_escapes_the_runs_names(failing, tmp_path):
+    hostile = tmp_path / "<i>b"
+    shutil.copytree(failing, hostile)
+    page = tmp_path / "maps.html"
+    assert _report("compare", failing, str(hostile), "--html", str(page)).returncode == 0
+    text = page.read_text()
+    assert "<i>" not in text and "<title>simeval: failure maps compared: untrained and &lt;i&gt;b</title>" in text
+    assert "<td>&lt;i&gt;b fails where untrained passes</td>" in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "is no --search run but {a} is: compare two --search runs or two of neither."),
+        (
+            ["--search", "body_mass_scale=0.5:2.0", "--fail-below", "45", "--max-episodes", "8"],
+            "the two searches map other ranges: compare searches of the same --search ranges.",
+        ),
+    ],
+)
+def test_a_search_compared_with_an_unlike_run_is_one_line_and_no_page(flags, message, searched, untrained, tmp_path):
+    other = str(tmp_path / "other")
+    run = cli("--checkpoint", untrained, *ARGS[2:], *flags, "--out", other)
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = tmp_path / "maps.html"
+    for a, b in ((searched, other), (other, searched)):
+        shown = _report("compare", a, b, "--html", str(page))
+        assert shown.returncode == 2 and not shown.stdout
+        assert message.format(a=searched) in shown.stderr and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+    assert not page.exists()

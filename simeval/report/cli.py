@@ -11,7 +11,9 @@ are listed below the table (:func:`simeval.report.curves.failures`), and a repor
 nothing but failures exits 1.
 
 ``compare RUN_A RUN_B`` compares two runs cell by cell instead
-(:mod:`simeval.report.comparison`: a table, ``--json``, ``--html FILE``). A ``--select-best`` run's
+(:mod:`simeval.report.comparison`: a table, ``--json``, ``--html FILE``); two ``--search`` runs are compared
+region by region (:func:`simeval.report.search.compare_maps`; ``--html FILE``: the page with both maps, their
+difference drawn and the regions where they differ). A ``--select-best`` run's
 directory gets its selection table instead (:mod:`simeval.report.selection`; ``--html FILE``: the page with
 each checkpoint's gap to the leader over looks); a run
 directory named ``compare`` is given as ``./compare``. ``python -m simeval.launch.report``
@@ -34,7 +36,7 @@ from simeval.report.comparison import CompareError, compare, json_rows
 from simeval.report.curves import failures, plot, table
 from simeval.report.html import write_html
 from simeval.report.runs import labels, merge_looks, read_failures, read_results
-from simeval.report.search import compare_maps, is_search, replay_search, write_png
+from simeval.report.search import compare_maps, is_search, replay_search, write_compare_html, write_png
 from simeval.report.search import report_text as search_text
 from simeval.report.search import write_html as write_search_html
 from simeval.report.selection import is_selection, replay_selection, report_text
@@ -95,29 +97,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="family-wise error of the fixed-n cells' verdicts, shared among the cells (Bonferroni; default 0.05)",
     )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
-    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a self-contained HTML report to FILE (two --search runs: both maps, their difference drawn "
+        "and the regions where they differ)",
+    )
     return parser
 
 
 def compare_main(argv: Sequence[str]) -> int:
     """``compare RUN_A RUN_B``: print the comparison (or ``--json``), write ``--html``; the exit code (2 on bad input).
 
+    Two ``--search`` runs print :func:`compare_maps`'s text and ``--html`` writes their page instead.
     Every error is one line on stderr (exit code 2): a directory without
-    results, a missing ``--step-a``/``--step-b``, cells whose episodes differ. With
+    results, a missing ``--step-a``/``--step-b``, cells whose episodes differ, a ``--search`` run against
+    one of cells, two searches of other ranges. With
     ``--json``, what the replay of an adaptive run found is a ``warning:`` line on stderr.
     """
     args = build_parser().parse_args(list(argv))
     label_a, label_b = labels([args.run_a, args.run_b])
     try:
-        searches = is_search(args.run_a) and is_search(args.run_b)
-        if searches:
-            print(compare_maps(replay_search(args.run_a), replay_search(args.run_b), label_a, label_b))
-            return 0
+        searched = [is_search(args.run_a), is_search(args.run_b)]
+        if all(searched):
+            return _compare_searches(args.run_a, args.run_b, label_a, label_b, args.html)
     except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:
         print(f"simeval-report compare: error: {shown(exc)}", file=sys.stderr)
         return 2
     try:
         rows_a, rows_b = read_results(args.run_a), read_results(args.run_b)
+        if any(searched):
+            one, other = (args.run_a, args.run_b) if searched[0] else (args.run_b, args.run_a)
+            raise ValueError(f"{other} is no --search run but {one} is: compare two --search runs or two of neither.")
         result = compare(
             rows_a,
             rows_b,
@@ -147,6 +158,23 @@ def compare_main(argv: Sequence[str]) -> int:
             print(f"simeval-report compare: error: --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return 2
         print(f"html: {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _compare_searches(run_a: str, run_b: str, label_a: str, label_b: str, html_path: str | None) -> int:
+    """Two ``--search`` runs compared: the text of :func:`compare_maps`, and ``--html`` its page.
+
+    Raises:
+        ValueError: a run's lines are no search's, or the two maps are not alike (:func:`compare_maps`).
+    """
+    a, b = replay_search(run_a), replay_search(run_b)
+    print(compare_maps(a, b, label_a, label_b))
+    if html_path:
+        try:
+            print(f"html: {write_compare_html(a, b, html_path, label_a, label_b)}")
+        except OSError as exc:
+            print(f"simeval-report compare: error: --html {html_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 
