@@ -327,3 +327,31 @@ def test_a_search_compared_with_an_unlike_run_is_one_line_and_no_page(flags, mes
         assert shown.returncode == 2 and not shown.stdout
         assert message.format(a=searched) in shown.stderr and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
     assert not page.exists()
+
+
+@pytest.mark.parametrize("flag", [["--json"], ["--step-a", "1"], ["--margin", "5"], ["--alpha", "0.1"]])
+def test_a_flag_of_cells_comparisons_given_with_two_searches_is_one_line(flag, searched, failing):
+    shown = _report("compare", failing, searched, *flag)
+    assert shown.returncode == 2 and not shown.stdout
+    assert f"{flag[0]} is for runs of cells: two --search runs compare their maps as recorded" in shown.stderr
+    assert len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+
+
+def test_a_suite_task_s_search_block_is_the_flags_search_after_the_suite_s_cells(searched, tmp_path):
+    from test_suite_search import SUITE
+
+    suite, out = tmp_path / "suite.yaml", str(tmp_path / "suite-out")
+    suite.write_text(SUITE)  # the fixture's search as a block: HalfCheetah-v5, 8 envs, 40 steps, seed 0, 160 episodes
+    run = cli("--checkpoint", FINAL, "--suite", str(suite), "--out", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    path = os.path.join(out, "search", "HalfCheetah-v5")
+    assert f"task HalfCheetah-v5: search into {path}/results.jsonl" in run.stdout
+    cells = _lines(out)
+    assert [(c["task"], c["condition"], c["status"]) for c in cells] == [("HalfCheetah-v5", "nominal", "ok")]
+    rounds, theirs = _lines(path), _lines(searched)
+    same = ("region", "round", "seed", "episode_returns", "episode_conditions", "search", "env", "map", "stop")
+    assert [{k: r.get(k) for k in same} for r in rounds] == [{k: r.get(k) for k in same} for r in theirs]
+    again = cli("--checkpoint", FINAL, "--suite", str(suite), "--out", out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming: {len(rounds)} round(s) already in {path}/results.jsonl" in again.stdout
+    assert _lines(path) == rounds and len(_lines(out)) == 1

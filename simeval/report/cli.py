@@ -112,7 +112,7 @@ def compare_main(argv: Sequence[str]) -> int:
     Two ``--search`` runs print :func:`compare_maps`'s text and ``--html`` writes their page instead.
     Every error is one line on stderr (exit code 2): a directory without
     results, a missing ``--step-a``/``--step-b``, cells whose episodes differ, a ``--search`` run against
-    one of cells, two searches of other ranges. With
+    one of cells, two searches of other ranges, a flag of cells' comparisons given with two searches. With
     ``--json``, what the replay of an adaptive run found is a ``warning:`` line on stderr.
     """
     args = build_parser().parse_args(list(argv))
@@ -120,6 +120,14 @@ def compare_main(argv: Sequence[str]) -> int:
     try:
         searched = [is_search(args.run_a), is_search(args.run_b)]
         if all(searched):
+            given = {"--json": args.json, "--step-a": args.step_a is not None, "--step-b": args.step_b is not None,
+                     "--margin": args.margin is not None, "--alpha": args.alpha != 0.05}  # fmt: skip
+            unread = [flag for flag, on in given.items() if on]
+            if unread:
+                raise ValueError(
+                    f"{unread[0]} is for runs of cells: two --search runs compare their maps as recorded (each map's "
+                    "own alpha; one search a run); leave it out."
+                )
             return _compare_searches(args.run_a, args.run_b, label_a, label_b, args.html)
     except (json.JSONDecodeError, ResultsFileError, ValueError) as exc:
         print(f"simeval-report compare: error: {shown(exc)}", file=sys.stderr)
