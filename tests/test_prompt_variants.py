@@ -29,16 +29,16 @@ import numpy as np
 from websockets.asyncio.server import serve
 from simeval.policy_kinds.wire import packb, unpackb
 
-LOG, CONNECTIONS = sys.argv[1], itertools.count()
+LOG, CHUNK, CONNECTIONS = sys.argv[1], int(sys.argv[2]), itertools.count()
 
 async def handler(ws):
     connection = next(CONNECTIONS)
-    await ws.send(packb({"obs_dim": 17, "action_dim": 6}))
+    await ws.send(packb({"obs_dim": 17, "action_dim": 6, "action_chunk": CHUNK}))
     async for message in ws:
         request = unpackb(message)
         with open(LOG, "a") as f:
             f.write(json.dumps([connection, request["simeval/step"], request.get("prompt")]) + "\n")
-        await ws.send(packb({"actions": np.zeros(6, np.float32)}))
+        await ws.send(packb({"actions": np.zeros((CHUNK, 6), np.float32)}))
 
 async def main():
     async with serve(handler, "127.0.0.1", 0, max_size=None) as server:
@@ -64,15 +64,27 @@ tasks:
 """
 
 
-@pytest.fixture(scope="module")
-def recorder(tmp_path_factory):
-    """The recording server: (its address, its log: one [connection, step, prompt] per request)."""
+def _serve(tmp_path_factory, chunk: int):
+    """A recording server answering chunks of ``chunk`` actions: (its address, its log: one [connection, step,
+    prompt] per request)."""
     log = tmp_path_factory.mktemp("recorder") / "requests.jsonl"
-    proc, port = _start(["-c", RECORDER, str(log)])
+    proc, port = _start(["-c", RECORDER, str(log), str(chunk)])
     try:
         yield f"ws://127.0.0.1:{port}", log
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def recorder(tmp_path_factory):
+    """A server of one action per reply: every sub-env asks at every step."""
+    yield from _serve(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="module")
+def chunked_recorder(tmp_path_factory):
+    """A server of 3 actions per reply: every sub-env asks at steps 0 and 3 of its 5-step episodes."""
+    yield from _serve(tmp_path_factory, 3)
 
 
 def _write_suite(path, num_envs: int) -> str:
@@ -105,14 +117,14 @@ def _episodes(line: dict) -> dict[tuple[int, int], tuple[int, int]]:
     return {(sub_env, k): (seed, int(i)) for sub_env, k, seed, i in rows}
 
 
-def _sent_as_recorded(line: dict, calls: list[list[str]], num_envs: int) -> None:
-    """Every sub-env's requests over the round are its episodes' recorded variants, ``STEPS`` requests each, in
-    episode order, at the same calls for every sub-env (the worker's probe before the round may hold any)."""
+def _sent_as_recorded(line: dict, calls: list[list[str]], num_envs: int, per_episode: int = STEPS) -> None:
+    """Every sub-env's requests over the round are its episodes' recorded variants, ``per_episode`` requests each,
+    in episode order, at the same calls for every sub-env (the worker's probe before the round may hold any)."""
     episodes = _episodes(line)
     offsets = None  # the calls where the round may start, as every sub-env's requests so far allow
     for sub_env in range(num_envs):
         ordinals = sorted(k for s, k in episodes if s == sub_env)
-        expected = [VARIANTS[episodes[sub_env, k][1]] for k in ordinals for _ in range(STEPS)]
+        expected = [VARIANTS[episodes[sub_env, k][1]] for k in ordinals for _ in range(per_episode)]
         sent = [call[sub_env] for call in calls]
         found = {o for o in range(len(sent) - len(expected) + 1) if sent[o : o + len(expected)] == expected}
         offsets = found if offsets is None else offsets & found
@@ -143,6 +155,14 @@ def test_each_episode_is_sent_the_variant_its_recorded_index_names_in_any_batch_
     common = set(by_episode[0]) & set(by_episode[1])
     assert common == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert all(by_episode[0][e] == by_episode[1][e] for e in common)
+
+
+def test_a_chunked_server_is_sent_each_episodes_variant_at_each_query(chunked_recorder, tmp_path):
+    """The worker asks a server of chunks for the sub-envs whose chunk is spent, on their rows alone: each row's
+    request still carries its own episode's variant."""
+    lines, connections = _run(chunked_recorder, tmp_path, num_envs=3)
+    assert [len(c[0]) for c in connections] == [3, 3]
+    _sent_as_recorded(lines["paraphrased"], connections[1], 3, per_episode=-(-STEPS // 3))
 
 
 def test_episodes_draw_every_variant_uniformly_and_the_other_settings_as_before():

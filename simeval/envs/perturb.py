@@ -94,7 +94,8 @@ class Perturb(Transform):
             )
         self._simulator_terms = simulator_terms
         names = [name for name in condition.values if kind_of(name) in AROUND_ENV]
-        self._variants = tuple(name for name in names if isinstance(term(name), VariantTerm))
+        self.variant_terms = tuple(name for name in names if isinstance(term(name), VariantTerm))
+        """The settings whose value is a list of variants (``prompt``), each shown as :func:`variant_key`."""
         self._observe = sorted((term(n) for n in names if kind_of(n) == "observation"), key=lambda t: t.order)
         self._act = sorted(
             (term(n) for n in names if kind_of(n) == "action" and n not in STATEFUL), key=lambda t: t.order
@@ -152,7 +153,7 @@ class Perturb(Transform):
             "seed": torch.zeros(n, dtype=torch.long, device=device),
             "t": torch.zeros(n, dtype=torch.long, device=device),
             **{t.name: torch.zeros(n, **zeros) for t in (*self._observe, *self._act)},
-            **{name: torch.zeros(n, dtype=torch.long, device=device) for name in self._variants},
+            **{name: torch.zeros(n, dtype=torch.long, device=device) for name in self.variant_terms},
             "action_delay": torch.zeros(n, dtype=torch.long, device=device),
             "inference_delay": torch.zeros(n, dtype=torch.long, device=device),
             "history": torch.zeros(n, self._max_delay + 1, action_width, **zeros),
@@ -182,7 +183,7 @@ class Perturb(Transform):
         device = state["seed"].device
         dev_ids = ids.to(device)
         state["seed"][dev_ids] = torch.tensor(seeds, dtype=torch.long, device=device)
-        for name in (*STATEFUL, *self._variants, *(t.name for t in (*self._observe, *self._act))):
+        for name in (*STATEFUL, *self.variant_terms, *(t.name for t in (*self._observe, *self._act))):
             if name in drawn:
                 state[name][dev_ids] = torch.tensor(drawn[name], dtype=state[name].dtype, device=device)
         state["t"][dev_ids] = 0
@@ -273,12 +274,12 @@ class Perturb(Transform):
 
     def _show_variants(self, td: TensorDictBase) -> None:
         """Each sub-env's variant index of its current episode, for every variant term, as an observation entry."""
-        for name in self._variants:
+        for name in self.variant_terms:
             td.set(variant_key(name), self._state[name].reshape(td.batch_size).clone())  # the state changes in place
 
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         """The env's observation spec with each variant term's index entry (:func:`variant_key`)."""
-        for name in self._variants:
+        for name in self.variant_terms:
             observation_spec[variant_key(name)] = Categorical(
                 len(self.condition.values[name]), shape=observation_spec.shape, device=observation_spec.device
             )
@@ -305,7 +306,7 @@ def variants_of(env: EnvBase, name: str) -> tuple[str, ...] | None:
     """The variants of term ``name`` (``prompt``) that ``env``'s condition draws per episode, or None where it sets
     none: what a policy reads the entry :func:`variant_key` ``(name)`` against."""
     perturb = find_perturb(env)
-    if perturb is None or name not in perturb._variants:
+    if perturb is None or name not in perturb.variant_terms:
         return None
     return perturb.condition.values[name]  # type: ignore[return-value]
 
@@ -314,8 +315,10 @@ def unread_variants(env: EnvBase, policy: object) -> str | None:
     """Why ``policy`` cannot act in ``env``: its condition draws variants (a ``prompt``) per episode that the policy
     does not read (no :func:`variant_key` entry among its ``in_keys``), in one line; None where it can."""
     perturb = find_perturb(env)
+    if perturb is None:
+        return None
     reads = {str(key) for key in getattr(policy, "in_keys", ())}
-    unread = [name for name in (perturb._variants if perturb is not None else ()) if variant_key(name) not in reads]
+    unread = [name for name in perturb.variant_terms if variant_key(name) not in reads]
     if not unread:
         return None
     return (
