@@ -44,8 +44,18 @@ KINDS = {
     "initial_state": "the episode's initial state",
     "camera": "the camera images (camera poses, lights)",
     "task_config": "the task's config",
+    "prompt": "the text sent to a policy server",
 }
-"""The kinds of settings: what a simulator must be able to change to apply one (words for messages beside each)."""
+"""The kinds of settings: what a simulator must be able to change to apply one, but :data:`ANY_SIMULATOR`'s (words
+for messages beside each)."""
+ANY_SIMULATOR = ("prompt",)
+"""The kinds no simulator has to apply: what the policy is told, the same whatever simulator runs the env."""
+MAX_PROMPT = 4096
+"""The most characters of a prompt (a suite task's, or one variant of a condition's): an instruction, not a document."""
+MAX_VARIANTS = 64
+"""The most variants a :class:`VariantTerm`'s list may hold."""
+VARIANT_TAG = 0x9A7
+"""Keeps variant terms' generators apart from the conditions' (seeded by the episode's seed alone)."""
 WHEN = ("reset", "step")
 ENTRY_POINT_GROUP = "simeval.conditions"
 PUSH_STEP = 100
@@ -281,13 +291,56 @@ class ActionScale(ConditionTerm):
         return action * value.unsqueeze(-1)
 
 
+class VariantTerm(ConditionTerm):
+    """A setting whose value is a list of 2..:data:`MAX_VARIANTS` variants (texts), one drawn per episode.
+
+    An episode's variant is an index drawn uniformly from a generator of its own (seeded by the
+    episode's seed and :attr:`stream`), so that adding the setting to a condition changes none of
+    the other settings' draws, and two conditions with as many variants give an episode the same index.
+    """
+
+    when: ClassVar[str] = "reset"
+    least: ClassVar[float | None] = None
+    stream: ClassVar[int] = 0
+    """Keeps this term's generator apart from the condition's own (and from other variant terms')."""
+    most_characters: ClassVar[int] = MAX_PROMPT
+    """The longest a variant may be."""
+
+    def variants(self, value: Any, where: str) -> tuple[str, ...]:
+        """``value`` as a tuple of variants; a one-line ValueError (starting with ``where``) unless it is a list of
+        2..:data:`MAX_VARIANTS` non-blank texts of at most :attr:`most_characters` characters each."""
+        shape = (
+            f"a list of 2..{MAX_VARIANTS} texts, each of 1..{self.most_characters} characters, one drawn per episode"
+        )
+        if not isinstance(value, (list, tuple)) or not 2 <= len(value) <= MAX_VARIANTS:
+            raise ValueError(f"{where}: {self.name} is {shape}; got {value!r:.80}.")
+        for i, text in enumerate(value):
+            if not isinstance(text, str) or not text.strip() or len(text) > self.most_characters:
+                raise ValueError(f"{where}[{i}]: {self.name} is {shape}; got {text!r:.80}.")
+        return tuple(value)
+
+    def pick(self, seed: int, count: int) -> int:
+        """The index (``0 .. count - 1``) of the variant of the episode with seed ``seed``."""
+        import numpy as np
+
+        return int(np.random.default_rng([int(seed), VARIANT_TAG, self.stream]).integers(count))
+
+
+class Prompt(VariantTerm):
+    """``prompt``: the text sent to a policy server, one of a list of variants per episode (a paraphrased
+    instruction, as LIBERO-plus and LIBERO-PRO perturb a VLA's); it replaces the suite task's ``prompt``."""
+
+    name, kind = "prompt", "prompt"
+    summary = "the text sent to a policy server: one of a list of variants, drawn per episode"
+
+
 STATEFUL = ("inference_delay", "action_delay")
 """The action terms Perturb plays itself, in this order, before the others: each keeps state across an episode's
 steps (an answer on its way, a history of actions)."""
 
 
 BUILT_IN: tuple[ConditionTerm, ...] = (
-    ObservationNoise(), ActionNoise(), ActionDelay(), InferenceDelay(), ActionScale(),
+    ObservationNoise(), ActionNoise(), ActionDelay(), InferenceDelay(), ActionScale(), Prompt(),
     BodyMassScale(), FrictionScale(), Gravity(), Push(), PushStep(), PushDirection(), InitNoiseScale(),
     CameraShift(), CameraTilt(), LightIntensity(), LightDirection(),
 )  # fmt: skip

@@ -24,6 +24,9 @@ kind, its check, its draw and its effect; installed packages add terms there). T
   m/s^2, nominal -9.81), ``push`` with ``push_step`` and ``push_direction`` (a shove at one step),
   ``init_noise_scale`` (the reset noise scaled), ``camera_shift``, ``camera_tilt``,
   ``light_intensity`` and ``light_direction`` (the observed cameras' pose and the scene's lights);
+* ``prompt``: a list of 2..64 texts, one sent to a policy server per episode (``--policy-server``;
+  it replaces the suite task's ``prompt``): each episode draws a variant's index from a generator of
+  its own seed (:class:`simeval.condition_terms.VariantTerm`), recorded with the other drawn values;
 * ``cfg``: Isaac Lab and mjlab task-config overrides by dotted path, applied before the
   env is built (``{"cfg": {"events.add_pole_mass.params.mass_distribution_params": [0.5, 2.0]}}``);
   a value there is the config's value, never drawn by simeval. It is data only
@@ -47,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from simeval.condition_terms import KINDS, registered, term
+from simeval.condition_terms import KINDS, VariantTerm, registered, term
 
 CFG = "cfg"
 # inference_delay's modes, what the env plays while an answer is on its way: "hold" (the default) the last answer,
@@ -125,6 +128,10 @@ def round_seed(seed: int | None) -> int:
     return int(np.random.SeedSequence().generate_state(1, np.uint32)[0])
 
 
+Value = float | tuple[float, float] | tuple[str, ...]
+"""A setting's value: a number, a ``(low, high)`` range, or a variant term's variants."""
+
+
 @dataclass(frozen=True)
 class Condition:
     """A checked condition: fixed values, ``(low, high)`` ranges, Isaac Lab config overrides, and what plays while
@@ -134,7 +141,8 @@ class Condition:
     mapping); ``Condition()`` is the nominal env.
     """
 
-    values: Mapping[str, float | tuple[float, float]] = field(default_factory=dict)
+    values: Mapping[str, Value] = field(default_factory=dict)
+    """Each setting's number, ``(low, high)`` range, or tuple of variants (a :class:`VariantTerm`'s)."""
     cfg: Mapping[str, Any] = field(default_factory=dict)
     while_waiting: str = "hold"
     """What plays while an ``inference_delay`` answer is on its way: one of :data:`WHILE_WAITING`."""
@@ -146,7 +154,7 @@ class Condition:
             return cls()
         if not isinstance(data, Mapping):
             raise ValueError(f"{where}: expected a mapping of settings ({{}} for the nominal env), got {data!r}.")
-        values: dict[str, float | tuple[float, float]] = {}
+        values: dict[str, Value] = {}
         cfg: dict[str, Any] = {}
         while_waiting = "hold"
         for name, value in data.items():
@@ -155,6 +163,8 @@ class Condition:
             elif name == "inference_delay" and isinstance(value, Mapping):
                 value, while_waiting = _delay_mapping(value, f"{where}.{name}")
                 values[name] = _parse_value(name, value, f"{where}.{name}.steps")
+            elif isinstance(term(name), VariantTerm):
+                values[name] = term(name).variants(value, f"{where}.{name}")  # type: ignore[union-attr]
             elif term(name) is not None:
                 values[name] = _parse_value(name, value, f"{where}.{name}")
             else:
@@ -186,23 +196,27 @@ class Condition:
 
     @property
     def ranged(self) -> tuple[str, ...]:
-        """The settings drawn per episode, in a fixed order."""
+        """The settings drawn per episode (ranges, and variant terms' indices), in a fixed order."""
         return tuple(sorted(k for k, v in self.values.items() if isinstance(v, tuple)))
 
     def draw(self, seed: int) -> dict[str, float]:
-        """Every setting's value for the episode with seed ``seed``: ranges drawn uniformly, in name order."""
+        """Every setting's value for the episode with seed ``seed``: ranges drawn uniformly, in name order, and each
+        variant term's index from its own generator (:meth:`VariantTerm.pick`), which draws none of the ranges'."""
         rng = np.random.default_rng(int(seed))
         out: dict[str, float] = {}
         for name in sorted(self.values):
             value = self.values[name]
-            if isinstance(value, tuple):
-                out[name] = term(name).draw(rng, *value)  # type: ignore[union-attr]
+            found = term(name)
+            if isinstance(found, VariantTerm):
+                out[name] = float(found.pick(seed, len(value)))  # type: ignore[arg-type]
+            elif isinstance(value, tuple):
+                out[name] = found.draw(rng, *value)  # type: ignore[union-attr]
             else:
                 out[name] = float(value)
         return out
 
     def as_data(self) -> dict[str, Any]:
-        """The condition as plain data (ranges as lists), as a suite file or results.jsonl writes it."""
+        """The condition as plain data (ranges and variants as lists), as a suite file or results.jsonl writes it."""
         out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(self.values.items())}
         if self.while_waiting != "hold" and "inference_delay" in out:
             out["inference_delay"] = {"steps": out["inference_delay"], "while_waiting": self.while_waiting}

@@ -15,7 +15,11 @@ the terms of kind ``observation`` (:meth:`~simeval.condition_terms.ConditionTerm
 on every floating-point observation key but camera images) and ``action``
 (``inference_delay``'s hold and ``action_delay``'s history first, then the others'
 :meth:`~simeval.condition_terms.ConditionTerm.act` by their order), with each sub-env's
-value for its current episode, its episode seed and its step.
+value for its current episode, its episode seed and its step. A term whose value is a list of
+variants (``prompt``, :class:`~simeval.condition_terms.VariantTerm`) changes what the policy is
+told: each sub-env's variant index for its current episode is an observation entry
+(:func:`variant_key`, ``prompt_variant``; in the observation spec, so torchrl keeps it), which a
+policy server's client reads to send that variant (:func:`variants_of` gives it the list).
 
 ``inference_delay`` holds the last answer while the next is on its way, here, for any
 policy. Its chunk-tail mode (``{steps: d, while_waiting: tail}``) is played where the action
@@ -35,14 +39,15 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase, TransformedEnv
 from torchrl.envs.transforms import Compose, Transform
 
-from simeval.condition_terms import STATEFUL, term
+from simeval.condition_terms import STATEFUL, VariantTerm, term
 from simeval.conditions import Condition, episode_seed, kind_of, round_seed
 from simeval.envs.layout import IMAGE_PREFIX, resets_itself
 
-AROUND_ENV = ("observation", "action")
+AROUND_ENV = ("observation", "action", "prompt")
 """The kinds of terms this transform plays around any env; a term of another kind is its simulator's to apply."""
 SimulatorTerms = Callable[[np.ndarray, dict[str, np.ndarray]], None]
 """How a simulator applies its own terms: (local sub-env ids, each setting's value per id), before their reset."""
@@ -89,6 +94,8 @@ class Perturb(Transform):
             )
         self._simulator_terms = simulator_terms
         names = [name for name in condition.values if kind_of(name) in AROUND_ENV]
+        self.variant_terms = tuple(name for name in names if isinstance(term(name), VariantTerm))
+        """The settings whose value is a list of variants (``prompt``), each shown as :func:`variant_key`."""
         self._observe = sorted((term(n) for n in names if kind_of(n) == "observation"), key=lambda t: t.order)
         self._act = sorted(
             (term(n) for n in names if kind_of(n) == "action" and n not in STATEFUL), key=lambda t: t.order
@@ -146,6 +153,7 @@ class Perturb(Transform):
             "seed": torch.zeros(n, dtype=torch.long, device=device),
             "t": torch.zeros(n, dtype=torch.long, device=device),
             **{t.name: torch.zeros(n, **zeros) for t in (*self._observe, *self._act)},
+            **{name: torch.zeros(n, dtype=torch.long, device=device) for name in self.variant_terms},
             "action_delay": torch.zeros(n, dtype=torch.long, device=device),
             "inference_delay": torch.zeros(n, dtype=torch.long, device=device),
             "history": torch.zeros(n, self._max_delay + 1, action_width, **zeros),
@@ -175,7 +183,7 @@ class Perturb(Transform):
         device = state["seed"].device
         dev_ids = ids.to(device)
         state["seed"][dev_ids] = torch.tensor(seeds, dtype=torch.long, device=device)
-        for name in (*STATEFUL, *(t.name for t in (*self._observe, *self._act))):
+        for name in (*STATEFUL, *self.variant_terms, *(t.name for t in (*self._observe, *self._act))):
             if name in drawn:
                 state[name][dev_ids] = torch.tensor(drawn[name], dtype=state[name].dtype, device=device)
         state["t"][dev_ids] = 0
@@ -202,6 +210,7 @@ class Perturb(Transform):
         self._pending = None
         if ids.numel():
             self._observation_terms(tensordict_reset, ids.to(state["t"].device))
+        self._show_variants(tensordict_reset)
         return tensordict_reset
 
     # -- steps --------------------------------------------------------------
@@ -215,6 +224,7 @@ class Perturb(Transform):
             if ids.numel():
                 self._begin(ids)
         self._observation_terms(next_tensordict, None)
+        self._show_variants(next_tensordict)
         return next_tensordict
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -262,6 +272,19 @@ class Perturb(Transform):
             out[rows] = seen.to(obs.dtype)
             td.set(key, out.reshape(obs.shape))
 
+    def _show_variants(self, td: TensorDictBase) -> None:
+        """Each sub-env's variant index of its current episode, for every variant term, as an observation entry."""
+        for name in self.variant_terms:
+            td.set(variant_key(name), self._state[name].reshape(td.batch_size).clone())  # the state changes in place
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        """The env's observation spec with each variant term's index entry (:func:`variant_key`)."""
+        for name in self.variant_terms:
+            observation_spec[variant_key(name)] = Categorical(
+                len(self.condition.values[name]), shape=observation_spec.shape, device=observation_spec.device
+            )
+        return observation_spec
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Nothing outside an env: a condition acts on env steps only."""
         return tensordict
@@ -272,6 +295,36 @@ class Perturb(Transform):
 
 def _high(value: float | tuple[float, float]) -> float:
     return value[1] if isinstance(value, tuple) else value
+
+
+def variant_key(name: str) -> str:
+    """The observation entry of variant term ``name``'s index (``prompt`` -> ``prompt_variant``)."""
+    return f"{name}_variant"
+
+
+def variants_of(env: EnvBase, name: str) -> tuple[str, ...] | None:
+    """The variants of term ``name`` (``prompt``) that ``env``'s condition draws per episode, or None where it sets
+    none: what a policy reads the entry :func:`variant_key` ``(name)`` against."""
+    perturb = find_perturb(env)
+    if perturb is None or name not in perturb.variant_terms:
+        return None
+    return perturb.condition.values[name]  # type: ignore[return-value]
+
+
+def unread_variants(env: EnvBase, policy: object) -> str | None:
+    """Why ``policy`` cannot act in ``env``: its condition draws variants (a ``prompt``) per episode that the policy
+    does not read (no :func:`variant_key` entry among its ``in_keys``), in one line; None where it can."""
+    perturb = find_perturb(env)
+    if perturb is None:
+        return None
+    reads = {str(key) for key in getattr(policy, "in_keys", ())}
+    unread = [name for name in perturb.variant_terms if variant_key(name) not in reads]
+    if not unread:
+        return None
+    return (
+        f"condition {perturb.condition.as_data()!s:.120}: the policy reads no {', '.join(unread)}; a policy server's "
+        "client sends it (remote_policy, --policy-server): evaluate one, or leave the setting out."
+    )
 
 
 def find_perturb(env: EnvBase) -> Perturb | None:

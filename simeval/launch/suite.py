@@ -27,7 +27,8 @@
 A cell is (task, condition). A task's ``cameras``, ``image_size`` and ``frame_stack`` replace the
 run's ``--cameras``, ``--image-size`` and ``--frame-stack`` for its cells (the flags are the
 defaults of the tasks that set none); its ``prompt`` is sent with every request to a policy
-server (``--policy-server``, openpi's ``prompt`` key) and recorded on its lines.
+server (``--policy-server``, openpi's ``prompt`` key) and recorded on its lines, but in the cells of a
+condition that sets ``prompt`` (a list of variants, one drawn per episode), whose variants replace it.
 
 ``bounds`` (a task's, or the suite's default for every task) declares the range of one
 episode's return: every line of the task records it, a return outside it fails the cell
@@ -55,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from simeval.condition_terms import MAX_PROMPT, Prompt
 from simeval.conditions import Condition
 from simeval.envs import task_config
 from simeval.envs.cfg_overrides import apply_cfg_overrides
@@ -69,7 +71,6 @@ _TASK = (
 )  # fmt: skip
 SEES = ("cameras", "image_size", "frame_stack", "prompt")  # what a task's policy sees; None: the run's flags
 _TASK += SEES
-MAX_PROMPT = 4096  # characters: a task's instruction, not a document
 _DEFAULTS = {"episodes": 16, "seed": 0, "num_envs": 8, "max_steps": 1000}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -114,6 +115,12 @@ class Cell:
         """(task env id, condition name), unique in a suite."""
         return (self.task.env, self.condition_name)
 
+    @property
+    def prompt(self) -> str | None:
+        """The task's ``prompt``, sent with every request to a policy server; None where the task sets none or the
+        condition draws its own per episode (its ``prompt`` variants replace the task's)."""
+        return None if Prompt.name in self.condition.values else self.task.prompt
+
     def context(self, suite: str) -> dict[str, Any]:
         """The fields a results.jsonl line of this cell carries besides the usual ones."""
         out = {
@@ -129,8 +136,8 @@ class Cell:
             out["reference"] = {"low": self.task.reference[0], "high": self.task.reference[1]}
         if self.task.bounds is not None:
             out["bounds"] = {"low": self.task.bounds[0], "high": self.task.bounds[1]}
-        if self.task.prompt is not None:
-            out["prompt"] = self.task.prompt
+        if self.prompt is not None:
+            out["prompt"] = self.prompt
         if self.task.deterministic:
             out["deterministic"] = True
         return out

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simeval.condition_terms import Prompt
 from simeval.envs import check_env
 from simeval.envs.simulators import registered, simulator_for
 from simeval.episode_values import checked
@@ -71,13 +72,14 @@ class SuiteCell:
     def config(self, cfg: LaunchConfig) -> LaunchConfig:
         """The run's settings with the task's env, episodes, num_envs, max_steps and seed, and what the task's
         policy sees where the task sets it: its cameras, image size, frame stack (else the run's flags), and its
-        prompt as the policy server's client sends it (``--policy-server``)."""
+        prompt as the policy server's client sends it (``--policy-server``; none where the condition draws its own
+        per episode: the client reads those from the env's condition)."""
         t = self.cell.task
         sees: dict[str, Any] = {k: getattr(t, k) for k in ("image_size", "frame_stack") if getattr(t, k) is not None}
         if t.cameras is not None:
             sees["cameras"] = list(t.cameras)
-        if t.prompt is not None and cfg.policy == REMOTE_FACTORY:
-            sees["policy_kwargs"] = {**cfg.policy_kwargs, "prompt": t.prompt}
+        if self.cell.prompt is not None and cfg.policy == REMOTE_FACTORY:
+            sees["policy_kwargs"] = {**cfg.policy_kwargs, "prompt": self.cell.prompt}
         return dataclasses.replace(
             cfg, env=t.env, episodes=t.episodes, num_envs=t.num_envs, max_steps=t.max_steps, seed=t.seed, **sees
         )
@@ -135,6 +137,7 @@ def check_suite(parsed: Parsed) -> Suite:
         except ValueError as exc:
             raise ConfigError(f"{cfg.suite}: task {task.env}: {exc}") from None
         _check_sees(task, cfg, f"{cfg.suite}: tasks[{i}].")
+        _check_prompts(task, cfg, f"{cfg.suite}: tasks[{i}].")
         if task.search is not None:
             _check_search(cfg, f"{cfg.suite}: tasks[{i}].search")
     return suite
@@ -147,6 +150,19 @@ def _check_search(cfg: LaunchConfig, where: str) -> None:
     if cfg.source != "checkpoint":
         given = f" instead of --{cfg.source.replace('_', '-')}" if cfg.source else ""
         raise ConfigError(f"{where}: a search maps one checkpoint: give --checkpoint CK{given}.")
+
+
+def _check_prompts(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:
+    """A ConfigError naming the condition where one sets ``prompt`` variants and the policy is not a policy server's
+    (a local policy reads no prompt: its episodes would not differ by the variant they claim)."""
+    if cfg.policy == REMOTE_FACTORY:
+        return
+    for name, condition in task.conditions.items():
+        if Prompt.name in condition.values:
+            raise ConfigError(
+                f"{prefix}conditions.{name}.{Prompt.name}: the text sent to a policy server; a local "
+                "policy reads none: give --policy-server (or leave the condition out)."
+            )
 
 
 def _check_sees(task: SuiteTask, cfg: LaunchConfig, prefix: str) -> None:

@@ -11,7 +11,8 @@ the sub-env's reset by :class:`~simeval.policy_kinds.acting.ActingPolicy` (what
 * each request is one sub-env's observation, a msgpack map (``observation/state``: float32
   ``[obs_dim]`` by default; with camera observations, each camera's current image as uint8
   ``[H, W, 3]``: the first camera's as ``observation/image``, another's as
-  ``observation/<camera>_image``; with a prompt, a suite task's text, as ``prompt``), NumPy arrays as
+  ``observation/<camera>_image``; with a prompt, a suite task's text, as ``prompt``: where the env's
+  condition draws the prompt per episode from a list of variants, the sub-env's variant), NumPy arrays as
   openpi's ``msgpack_numpy`` encodes them (:mod:`simeval.policy_kinds.wire`);
 * each reply is a map holding ``actions`` (``[chunk, act_dim]`` or ``[act_dim]``); a text
   frame instead is the server's error.
@@ -112,13 +113,17 @@ def remote_policy(
         keys: request and reply keys (:data:`DEFAULT_KEYS` by default; :func:`check_keys`).
         timeout_s: the most seconds a connection or a reply may take before the round fails.
         max_message_bytes: the largest message read from the server.
-        prompt: text sent as ``prompt`` with every request (a suite task's ``prompt``); None: none.
+        prompt: text sent as ``prompt`` with every request (a suite task's ``prompt``); None: none. Where ``env``'s
+            condition sets ``prompt`` variants (:func:`simeval.envs.perturb.variants_of`), each request carries its
+            sub-env's variant for the episode instead.
 
     The token, where the server asks for one, is read from the environment variable
     ``SIMEVAL_POLICY_SERVER_TOKEN`` (never from the command line or a results file).
     """
     require_extra(REMOTE_MODULES, "remote", "simeval.policy_kinds.remote.remote_policy")
+    from simeval.condition_terms import Prompt
     from simeval.envs.layout import IMAGE_PREFIX, STATE_KEY, image_key
+    from simeval.envs.perturb import variant_key, variants_of
     from simeval.policy_kinds.remote_client import RemoteClientPolicy
 
     spec = env.observation_spec
@@ -139,4 +144,6 @@ def remote_policy(
         state_key=state_key,
         images={image_key(c): key for c, key in image_keys(cameras, keys).items()},
         prompt=prompt,
+        variants=variants_of(env, Prompt.name),
+        variant_entry=variant_key(Prompt.name),
     )

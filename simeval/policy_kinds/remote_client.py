@@ -48,6 +48,9 @@ class RemoteClientPolicy(TensorDictModuleBase):
         images: camera image entries (float ``[3, H, W]`` in [0, 1]) -> their request keys; each is
             sent as uint8 ``[H, W, 3]``, openpi's layout.
         prompt: text sent as ``prompt`` with every request (openpi's key for a task's instruction), or None.
+        variants: texts one of which is sent as ``prompt`` instead, per row: the one the row's ``variant_entry``
+            (an observation entry, :func:`simeval.envs.perturb.variant_key`) names, its episode's draw; or None.
+        variant_entry: the observation entry of each row's variant index (with ``variants``).
     """
 
     def __init__(
@@ -63,11 +66,17 @@ class RemoteClientPolicy(TensorDictModuleBase):
         state_key: str = "observation",
         images: dict[str, str] | None = None,
         prompt: str | None = None,
+        variants: tuple[str, ...] | None = None,
+        variant_entry: str | None = None,
     ) -> None:
         super().__init__()
         self.state_key, self.images = state_key, dict(images or {})
         self.prompt = {"prompt": prompt} if prompt is not None else {}
-        self.in_keys, self.out_keys = [state_key, *self.images], ["action"]
+        if variants and variant_entry is None:
+            raise ValueError("a remote policy given prompt variants needs the entry of each row's variant index.")
+        self.variants, self.variant_entry = (tuple(variants), variant_entry) if variants else (None, None)
+        self.in_keys = [state_key, *self.images, *([variant_entry] if self.variants else [])]
+        self.out_keys = ["action"]
         self.url, self.obs_dim, self.act_dim = url, obs_dim, act_dim
         self.keys, self.timeout_s, self.max_message_bytes = keys, float(timeout_s), int(max_message_bytes)
         if chunk is not None and not 1 <= chunk <= MAX_CHUNK:
@@ -208,13 +217,19 @@ class RemoteClientPolicy(TensorDictModuleBase):
             image = tensordict.get(entry).detach()
             image = image.reshape(-1, *image.shape[-3:]).to("cpu")
             images[key] = (image * 255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        actions = torch.from_numpy(self.ask(flat, images)).to(obs.device)
+        prompts = None
+        if self.variants is not None:
+            prompts = [self.variants[i] for i in tensordict.get(self.variant_entry).reshape(-1).tolist()]
+        actions = torch.from_numpy(self.ask(flat, images, prompts)).to(obs.device)
         tensordict.set("action", actions.reshape(*lead, *actions.shape[1:]))
         return tensordict
 
-    def ask(self, states: np.ndarray, images: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    def ask(
+        self, states: np.ndarray, images: dict[str, np.ndarray] | None = None, prompts: list[str] | None = None
+    ) -> np.ndarray:
         """The actions for each row of ``states`` ([n, obs_dim]), with row ``i`` of each of ``images`` (request key
-        -> [n, H, W, 3] uint8): [n, act_dim], or [n, chunk, act_dim] for chunks."""
+        -> [n, H, W, 3] uint8) and of ``prompts`` (None: the fixed prompt): [n, act_dim], or [n, chunk, act_dim] for
+        chunks."""
         images = images or {}
         if self._ws is None:
             self.metadata = self._connect()
@@ -225,7 +240,8 @@ class RemoteClientPolicy(TensorDictModuleBase):
         try:
             for i, row in enumerate(states):
                 request = {self.keys["state"]: row, **{key: image[i] for key, image in images.items()}}
-                self._ws.send(packb({**request, **self.prompt, **step}))
+                prompt = self.prompt if prompts is None else {"prompt": prompts[i]}
+                self._ws.send(packb({**request, **prompt, **step}))
         except (ConnectionClosed, OSError):
             self.close()
             raise RemotePolicyError(f"the policy server at {self.url} closed the connection.") from None

@@ -26,7 +26,7 @@ from torch import nn
 from simeval import metrics
 from simeval.conditions import episode_seed, round_seed
 from simeval.envs.layout import resets_itself
-from simeval.envs.perturb import chunk_tail_delays
+from simeval.envs.perturb import chunk_tail_delays, unread_variants
 from simeval.envs.simulators import Simulator, simulator_of
 from simeval.policy_kinds import acting_of
 from simeval.policy_kinds.acting import INIT_KEY, ActingPolicy
@@ -162,6 +162,9 @@ class EvalWorker:
         owns_policy = self.policy is None
         if owns_policy:
             self.policy = self._policy_factory(self.env)
+        problem = unread_variants(self.env, self.policy)
+        if problem is not None:
+            raise ValueError(problem)
         self._device = self._policy_device(owns_policy)
         acting = acting_of(self.policy)
         # inference_delay's chunk-tail mode is played by the chunk player (the env holds for a plain policy)

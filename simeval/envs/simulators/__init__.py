@@ -154,8 +154,11 @@ def simulator_of(env: EnvBase) -> Simulator | None:
 
 
 def supporting(kind: str) -> tuple[Simulator, ...]:
-    """The simulators that apply condition ``kind`` (a key of :data:`simeval.conditions.KINDS`)."""
-    return tuple(s for s in registered() if kind in s.capabilities)
+    """The simulators that apply condition ``kind`` (a key of :data:`simeval.conditions.KINDS`): every one for a kind
+    no simulator has to apply (:data:`simeval.condition_terms.ANY_SIMULATOR`)."""
+    from simeval.condition_terms import ANY_SIMULATOR
+
+    return tuple(s for s in registered() if kind in s.capabilities or kind in ANY_SIMULATOR)
 
 
 def check_condition(name: str, condition: Condition, backend: str | None = None) -> None:
@@ -165,10 +168,11 @@ def check_condition(name: str, condition: Condition, backend: str | None = None)
     that can. Checked where a suite is loaded, where the launcher learns
     ``--env-backend``, and where ``make_env`` builds the env.
     """
+    from simeval.condition_terms import ANY_SIMULATOR
     from simeval.conditions import KINDS  # NumPy: simeval.envs loads none until it builds an env
 
     sim = simulator_for(name, backend)
-    for kind in sorted(condition.kinds - sim.capabilities, key=list(KINDS).index):
+    for kind in sorted(condition.kinds - sim.capabilities - set(ANY_SIMULATOR), key=list(KINDS).index):
         settings = condition.settings_of(kind)
         own = sim.refusal(name, kind, settings)
         if own is not None:

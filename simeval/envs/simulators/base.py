@@ -171,10 +171,14 @@ class Simulator(ABC):
 
     def applies(self, setting: str) -> bool:
         """Whether it applies the condition setting ``setting``: a kind it declares, and for a setting of a kind
-        only simulators apply (not observation, action or task_config), a term it lists in :attr:`terms`."""
+        only simulators apply (not observation, action or task_config), a term it lists in :attr:`terms`; a setting
+        of a kind no simulator has to apply (``prompt``, :data:`simeval.condition_terms.ANY_SIMULATOR`) always."""
+        from simeval.condition_terms import ANY_SIMULATOR
         from simeval.conditions import kind_of
 
         kind = kind_of(setting)
+        if kind in ANY_SIMULATOR:
+            return True
         if kind not in self.capabilities:
             return False
         return kind in ("observation", "action", "task_config") or any(t.name == setting for t in self.terms)
