@@ -544,8 +544,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("\n### The cap: the gentle ramp's undecided band costs the cap in both\n")
     print(
         "Cells whose failure probability is near P cannot be decided within the cap; both the search and the grid "
-        "sample them to it at the finest resolution,\nso the band's share of the episodes, and with it the ratio, "
-        "grows with the cap.\n"
+        "sample them at the finest resolution\nuntil the cap or until futile, so the band's share of the episodes, "
+        "and with it the ratio, grows with the cap.\n"
     )
     caps = (64, 128, 256) if not args.quick else (64, 256)
     cap_rows = [search_row(GENTLE, reps, args.seed, grid_1d, cap=c) if c != CAP else rows[2] for c in caps]

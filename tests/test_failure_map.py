@@ -174,14 +174,28 @@ def test_pending_regions_are_not_offered_and_the_least_sampled_come_first():
 def test_a_region_at_the_resolution_samples_to_the_cap_and_stays_uncertain():
     axis = SearchAxis("mass", 0.0, 1.0, 0.25)
     m = drive(
-        FailureMap([axis], initial_cells=2, max_region_episodes=40),
+        FailureMap([axis], initial_cells=2, max_region_episodes=12),  # the cap comes before two rounds
         lambda x: np.full(len(x), 0.5),
         np.random.default_rng(1),
     )
     assert m.finished == "resolution reached"
     for r in m.regions():
-        assert r.key[0] == m.depth and r.klass == "uncertain" and 40 <= r.n < 40 + m.round_episodes
+        assert r.key[0] == m.depth and r.klass == "uncertain" and 12 <= r.n < 12 + m.round_episodes
     assert m.boundary().reason == "no region decided pass"
+
+
+def test_a_region_at_the_resolution_stops_once_its_interval_at_the_cap_would_still_hold_p():
+    axis = SearchAxis("mass", 0.0, 1.0, 0.25)
+    cap = 400
+    m = drive(FailureMap([axis], initial_cells=2, max_region_episodes=cap), lambda x: np.full(len(x), 0.5),
+              np.random.default_rng(1))  # fmt: skip
+    assert m.finished == "resolution reached"
+    for r in m.regions():
+        at_cap = (r.high - r.low) / 2 * math.sqrt(r.n / cap)
+        assert r.klass == "uncertain" and 2 * m.round_episodes <= r.n < cap and abs(r.estimate - 0.5) < at_cap, r
+    far = drive(FailureMap([axis], initial_cells=2, max_region_episodes=cap), lambda x: np.full(len(x), 0.15),
+                np.random.default_rng(1))  # fmt: skip
+    assert far.finished == "every region decided" and {r.klass for r in far.regions()} == {"pass"}
 
 
 def test_a_response_that_is_not_monotone_gets_no_boundary():

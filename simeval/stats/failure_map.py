@@ -22,12 +22,14 @@ splits when
   region whose estimate is far from P keeps sampling until it is decided), or it reached
   ``max_region_episodes`` undecided, or
 * it is decided and borders (shares a face with) a leaf of the other class or an ``uncertain``
-  leaf that can no longer change (at the resolution and at the cap): the crossing may lie just
+  leaf that can no longer change (at the resolution, at the cap or futile): the crossing may lie just
   inside it, and the map is refined on both sides of it down to the resolution. A decided
   leaf with neighbours of its own class (or still-sampling ones) is not refined.
 
-Leaves at the resolution are not split; an ``uncertain`` one samples until
-``max_region_episodes`` and then stays ``uncertain``. So episodes go to the cells around the
+Leaves at the resolution are not split; an ``uncertain`` one samples until ``max_region_episodes``,
+or until more episodes could not decide it (*futile*: after two rounds, its estimate lies nearer P
+than the half-width its interval would have at the cap, narrowing as ``1 / sqrt(n)``), and then stays
+``uncertain``. So episodes go to the cells around the
 crossing (level-set estimation: Gotovos et al. 2013; the thresholding bandit: Locatelli,
 Gutzeit & Carpentier 2016; probabilistic bisection: Horstein 1963, Waeber, Frazier & Henderson
 2013), and a region far from P is decided once, at the coarsest depth that shows it.
@@ -51,8 +53,9 @@ stopping), which the martingale argument allows; reading the running intersectio
 is covered by the "some number of episodes" of the event.
 
 The family-wise error. ``alpha = 1 - confidence`` is split over **every** region the tree could
-ever create, not the ones it does: ``alpha / (D + 1)`` per depth (``D`` the finest depth the
-resolutions allow), divided evenly among the ``N_k`` cells of depth ``k``
+ever create, not the ones it does: half of it (:data:`FINEST_SHARE`) to the finest depth ``D``
+(the one the resolutions allow), the other half evenly over the coarser depths (all of it where
+``D`` is 0), each depth's share divided evenly among its ``N_k`` cells
 (:meth:`FailureMap.alpha_split`). The error levels of all possible regions sum to ``alpha``, so
 with probability at least ``confidence`` every interval of every region created holds at every
 look, whatever the adaptive path: no region is ever classed ``pass`` with mean >= P nor ``fail``
@@ -74,9 +77,10 @@ mean stays below P is classed ``pass`` with it and is not split out. The map fin
 regions whose mean crosses P at some depth of the tree.
 
 :class:`UniformGrid` is the non-adaptive peer: the same sequences on the grid of the finest
-cells, ``alpha`` split evenly over them, each cell sampled round by round until decided or at
-the cap. Both are deterministic functions of the observations in the order given, so a resumed
-run that replays its results lines through ``observe`` rebuilds the same map.
+cells, ``alpha`` split evenly over them, each cell sampled round by round until decided, at
+the cap or futile (the same rule). Both are deterministic functions of the observations in the
+order given, so a resumed run that replays its results lines through ``observe`` rebuilds the
+same map.
 """
 
 from __future__ import annotations
@@ -96,6 +100,9 @@ MAX_CELLS = 1 << 20  # finest cells per axis: beyond, each cell's share of alpha
 # An uncertain region splits when its estimate is nearer P than 1 / SPLIT_REACH of the way to its interval's end beyond
 # P: an interval narrowing as 1 / sqrt(n) would need about SPLIT_REACH^2 times its episodes to decide it.
 SPLIT_REACH = 4
+FINEST_SHARE = 0.5
+"""The finest depth's share of alpha (the coarser depths split the rest): the finest cells are where the regions near
+P end, sampled the most; a coarse cell decides a region far from P, where a smaller level costs a round or two."""
 _ROUNDING = 1e-9  # a width this close to the resolution (relatively) is at it: floats of (high - low) / cells
 
 Key = tuple[int, ...]
@@ -260,6 +267,14 @@ class _Cell:
         return "pass" if high < level else "fail" if low >= level else "uncertain"
 
 
+def depth_shares(depths: int) -> list[float]:
+    """Each depth's share of alpha: :data:`FINEST_SHARE` to the finest, the rest evenly over the coarser ones (all
+    of it to a tree of one depth, the grid)."""
+    if depths == 1:
+        return [1.0]
+    return [(1.0 - FINEST_SHARE) / (depths - 1)] * (depths - 1) + [FINEST_SHARE]
+
+
 def key_text(key: Sequence[int]) -> str:
     """A region key as text: ``(2, 5, 3)`` -> ``"2:5:3"`` (depth, then the index along each axis)."""
     return ":".join(str(int(k)) for k in key)
@@ -282,13 +297,13 @@ class _Tree:
         self.alpha = 1.0 - self.confidence
         self.round_episodes, self.max_region_episodes = int(round_episodes), int(max_region_episodes)
         self._per_axis = tuple(tuple(p) for p in per_axis)
-        share = self.alpha / len(self._per_axis)
+        shares = depth_shares(len(self._per_axis))
         self._levels = tuple(
             Level(
                 k,
                 cells,
                 tuple((a.high - a.low) / c for a, c in zip(self.axes, cells, strict=True)),
-                share / math.prod(cells),
+                self.alpha * shares[k] / math.prod(cells),
             )
             for k, cells in enumerate(self._per_axis)
         )
@@ -402,10 +417,20 @@ class _Tree:
     # ---------------------------------------------------------------------------------------- rounds
 
     def _settled(self, cell: _Cell) -> bool:
-        """Whether a leaf samples no more: decided, or ``uncertain`` at the resolution and at the cap."""
+        """Whether a leaf samples no more: decided, or ``uncertain`` at the resolution and at the cap or futile."""
         return cell.klass(self.failure_rate) != "uncertain" or (
-            not self._splittable(cell) and cell.n >= self.max_region_episodes
+            not self._splittable(cell) and (cell.n >= self.max_region_episodes or self._futile(cell))
         )
+
+    def _futile(self, cell: _Cell) -> bool:
+        """Whether an ``uncertain`` leaf would still be undecided at the cap, were its estimate to stay: after two
+        rounds, its estimate lies nearer P than the half-width its interval would have at the cap, narrowing as
+        ``1 / sqrt(n)``. More episodes would then buy no class, only cost the cap."""
+        if cell.n < 2 * self.round_episodes:
+            return False
+        low, high = cell.interval()
+        at_cap = (high - low) / 2 * math.sqrt(cell.n / self.max_region_episodes)
+        return abs(cell.failures / cell.n - self.failure_rate) < at_cap
 
     def _wants_round(self, cell: _Cell) -> bool:
         return not cell.children and not self._settled(cell)
@@ -618,7 +643,7 @@ class FailureMap(_Tree):
         round_episodes: episodes per round.
         initial_cells: cells per axis of the initial grid (depth 0).
         max_region_episodes: the cap: an ``uncertain`` region at the resolution stops sampling at this many
-            episodes (a round may pass it by less than a round).
+            episodes (a round may pass it by less than a round), or before, once futile (the module says when).
         split_after: the episodes an ``uncertain`` region wider than the resolution needs before it may split
             (default: one round; the module says when it does).
     """
