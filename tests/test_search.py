@@ -355,3 +355,22 @@ def test_a_suite_task_s_search_block_is_the_flags_search_after_the_suite_s_cells
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming: {len(rounds)} round(s) already in {path}/results.jsonl" in again.stdout
     assert _lines(path) == rounds and len(_lines(out)) == 1
+
+
+def test_the_python_api_runs_the_flags_search_and_replays_its_worst_failure_exactly(searched, tmp_path):
+    from simeval.launch.api import replay, search
+    from simeval.launch.config import ConfigError
+
+    out = str(tmp_path / "api")
+    shutil.copytree(searched, out)
+    found = search(FINAL, "HalfCheetah-v5", {"body_mass_scale": (0.5, 3.0)}, out=out, max_episodes=160,
+                   fail_below=45.0, num_envs=8, max_steps=40, seed=0)  # fmt: skip
+    assert found.lines == _lines(searched)  # the same search: the copy resumed, nothing evaluated again
+    assert found.map.as_data() == _lines(searched)[-1]["map"] and found.stop == _lines(searched)[-1]["stop"]
+    (line, index, worst), (_, _, next_worst) = found.worst_failures(2)
+    assert worst <= next_worst < 45
+    again = replay(out, line, index)
+    assert again["equal"] and again["recorded_return"] == worst == found.lines[line - 1]["episode_returns"][index]
+    with pytest.raises(ConfigError, match="holds a line that is not a round of this search"):
+        search(FINAL, "HalfCheetah-v5", {"body_mass_scale": (0.5, 2.0)}, out=out, max_episodes=160, fail_below=45.0,
+               num_envs=8, max_steps=40, seed=0)  # fmt: skip

@@ -55,42 +55,48 @@ def _install_hint(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the launcher on the command line ``argv`` (default: ``sys.argv[1:]``); the exit code (2 on bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv
     try:
-        from simeval.launch.cli import parse
-        from simeval.launch.config import ConfigError
-
-        parsed = parse(argv)
-        cfg = parsed.cfg
-        if cfg.launcher == "docker":
-            return run_in_container(cfg, argv, parsed.config_path)
-        if cfg.source is None and not cfg.replay:
-            if parsed.config_path:
-                raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
-
-            cfg.watch = SHIPPED_RUN  # embedded default: every checkpoint of the shipped training run
-        if cfg.video or cfg.cameras or cfg.evidence:  # before a simulator is imported: MuJoCo reads MUJOCO_GL then
-            from simeval.envs.simulators import prepare_headless
-
-            try:
-                prepare_headless()
-            except ValueError as exc:
-                flag = "--video" if cfg.video else ("--cameras" if cfg.cameras else "--evidence")
-                raise ConfigError(f"{flag}: {exc}") from None
-        if cfg.init_fn and cfg.backend == "thread":
-            # The env lives in this process: the hook (e.g. AppLauncher) runs here, before torch.
-
-            call_hook(resolve_callable(cfg.init_fn, "--init-fn"), argv=parsed.extra, video=cfg.video, device=cfg.device)
-        from simeval.launch.app import run
-
-        return run(parsed, cfg.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
+        return launch(argv)
     except BrokenPipeError:
         raise  # the reader of stdout went away: run_command ends quietly
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit code 2
-        if debug:
+        if "--debug" in argv:
             traceback.print_exc()
         print(f"simeval-launch: error: {_one_line(exc)}{_install_hint(exc)}", file=sys.stderr, flush=True)
         return 2
+
+
+def launch(argv: list[str]) -> int:
+    """Run the launcher on the command line ``argv``; its exit code, or the exception of bad input (a one-line
+    :class:`~simeval.launch.config.ConfigError`, ...) as it is raised: :func:`main` prints it, the Python API
+    (:mod:`simeval.launch.api`) lets it reach the caller."""
+    from simeval.launch.cli import parse
+    from simeval.launch.config import ConfigError
+
+    parsed = parse(argv)
+    cfg = parsed.cfg
+    if cfg.launcher == "docker":
+        return run_in_container(cfg, argv, parsed.config_path)
+    if cfg.source is None and not cfg.replay:
+        if parsed.config_path:
+            raise ConfigError("no source of weights: give --checkpoint FILE, --watch DIR or --serve NAME.")
+
+        cfg.watch = SHIPPED_RUN  # embedded default: every checkpoint of the shipped training run
+    if cfg.video or cfg.cameras or cfg.evidence:  # before a simulator is imported: MuJoCo reads MUJOCO_GL then
+        from simeval.envs.simulators import prepare_headless
+
+        try:
+            prepare_headless()
+        except ValueError as exc:
+            flag = "--video" if cfg.video else ("--cameras" if cfg.cameras else "--evidence")
+            raise ConfigError(f"{flag}: {exc}") from None
+    if cfg.init_fn and cfg.backend == "thread":
+        # The env lives in this process: the hook (e.g. AppLauncher) runs here, before torch.
+
+        call_hook(resolve_callable(cfg.init_fn, "--init-fn"), argv=parsed.extra, video=cfg.video, device=cfg.device)
+    from simeval.launch.app import run
+
+    return run(parsed, cfg.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
 
 
 def main_exit() -> None:
