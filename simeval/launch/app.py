@@ -144,9 +144,8 @@ def _looks(run: Run) -> int:
 
 
 def _suite(run: Run) -> int:
-    """The suite's cells, then its tasks' ``search:`` blocks (:mod:`simeval.launch.suite_search`)."""
-    from simeval.launch.suite_run import run_suite
-    from simeval.launch.suite_search import run_searches, searched_tasks
+    """The suite's cells, then its tasks' ``search:`` blocks (:func:`simeval.launch.suite_run.run_searches`)."""
+    from simeval.launch.suite_run import run_searches, run_suite, searched_tasks
 
     cfg, stop = run.session.cfg, run.session.stop
     code = 0

@@ -25,11 +25,14 @@ seed, num_envs, episodes, max_steps): not on the order, the worker or K.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.condition_terms import Prompt
+from simeval.conditions import Condition
 from simeval.envs import check_env
 from simeval.envs.simulators import registered, simulator_for
 from simeval.episode_values import checked
@@ -212,3 +215,33 @@ def run_suite(session: Session, log: ResultsLog, suite: Suite, source: Callable[
         cells_for, found.done, {"suite": suite.name}, "cell evaluation(s)", backlog=True, closing=found.closing
     )
     return Scheduler(session, {"": log}, fixed).run(source(found.seen))
+
+
+SEARCH_DIR = "search"
+"""Where a suite run's searches go: ``OUT/search/<ENV>/``."""
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def search_dir(out: str, env: str) -> str:
+    """``OUT/search/<ENV>``: a task's search run directory (``env`` made a file name)."""
+    return os.path.join(out, SEARCH_DIR, _UNSAFE.sub("_", env))
+
+
+def run_searches(session: Session, suite: Suite, ck: Checkpoint, out: str) -> int:
+    """Each ``search:`` block of ``suite`` for ``ck``, task by task, into :func:`search_dir`; exit 0."""
+    from simeval.launch.results import ResultsLog
+    from simeval.launch.search import run_search  # the map's statistics: NumPy
+
+    for task in searched_tasks(suite):
+        cfg = task.search.config(SuiteCell(Cell(task, SEARCH_DIR, Condition()), suite.name).config(session.cfg))
+        log = ResultsLog(search_dir(out, task.env), None)
+        print(f"task {task.env}: search into {log.path}", flush=True)
+        code = run_search(session, log, ck, cfg)
+        if code or session.stop.is_set():
+            return code
+    return 0
+
+
+def searched_tasks(suite: Suite) -> list[SuiteTask]:
+    """The tasks of ``suite`` with a ``search:`` block, in file order."""
+    return [task for task in suite.tasks if task.search is not None]

@@ -15,7 +15,8 @@
           evidence: 2                 # optional: then replay the 2 worst failed episodes with video
 
 A suite run of one checkpoint (``--suite FILE --checkpoint CK``) evaluates the suite's cells into
-``OUT/results.jsonl``, then searches each task that has a block into ``OUT/search/<ENV>/``: a search run
+``OUT/results.jsonl``, then searches each task that has a block into ``OUT/search/<ENV>/``
+(:func:`simeval.launch.suite_run.run_searches`): a search run
 directory (``results.jsonl`` with one line per round; ``python -m simeval.report OUT/search/<ENV>`` draws its
 map). Each search plays the task's ``num_envs``, ``max_steps``, ``seed`` and what its policy sees, with the run's
 ``--look-every`` and ``--alpha``; the same command resumes the cells and every search. A block is data: its
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,15 +35,9 @@ from simeval.conditions import Condition
 from simeval.launch.config.search import MAX_AXES, range_problem, resolution_problem
 
 if TYPE_CHECKING:
-    from simeval.checkpoints import Checkpoint
     from simeval.launch.config import LaunchConfig
-    from simeval.launch.session import Session
-    from simeval.launch.suite import Suite, SuiteTask
 
-SEARCH_DIR = "search"
-"""Where a suite run's searches go: ``OUT/search/<ENV>/``."""
 _BLOCK = ("ranges", "max_episodes", "resolution", "fail_below", "failure_rate", "evidence")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 
 
 @dataclass(frozen=True)
@@ -143,30 +136,3 @@ def _resolutions(data: Any, ranges: tuple[tuple[str, float, float], ...], where:
             raise ValueError(f"{field}: {problem}, got {value!r:.80}.")
         out.append(float(value))
     return tuple(out)
-
-
-def search_dir(out: str, env: str) -> str:
-    """``OUT/search/<ENV>``: a task's search run directory (``env`` made a file name)."""
-    return os.path.join(out, SEARCH_DIR, _UNSAFE.sub("_", env))
-
-
-def run_searches(session: Session, suite: Suite, ck: Checkpoint, out: str) -> int:
-    """Each ``search:`` block of ``suite`` for ``ck``, task by task, into :func:`search_dir`; exit 0."""
-    from simeval.launch.results import ResultsLog
-    from simeval.launch.search import run_search  # the map's statistics: NumPy
-    from simeval.launch.suite import Cell
-    from simeval.launch.suite_run import SuiteCell
-
-    for task in searched_tasks(suite):
-        cfg = task.search.config(SuiteCell(Cell(task, SEARCH_DIR, Condition()), suite.name).config(session.cfg))
-        log = ResultsLog(search_dir(out, task.env), None)
-        print(f"task {task.env}: search into {log.path}", flush=True)
-        code = run_search(session, log, ck, cfg)
-        if code or session.stop.is_set():
-            return code
-    return 0
-
-
-def searched_tasks(suite: Suite) -> list[SuiteTask]:
-    """The tasks of ``suite`` with a ``search:`` block, in file order."""
-    return [task for task in suite.tasks if task.search is not None]
