@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1043,6 +1044,19 @@ def chromium() -> None:
         pytest.skip(f"no chromium and it cannot be installed here: {exc}")
 
 
+def rendered(text: str, tmp_path: Path) -> _Page:
+    """``text`` (a report's page) as Chromium renders it: its tables' rows and, in ``probe``, each image's id,
+    whether it decoded, its natural width, its shown width and the page's. The page forbids every fetch (its CSP,
+    which must be there); a copy with a probe script reports what the browser decoded."""
+    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+    assert csp in text
+    probed = tmp_path / "probed.html"
+    probed.write_text(text.replace(csp, csp + "; script-src 'unsafe-inline'").replace("</body>", _PROBE + "</body>"))
+    dom = _Page()
+    dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
+    return dom
+
+
 def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, oracle, tmp_path, chromium):
     a, b = runs
     page = tmp_path / "report" / "compare.html"
@@ -1059,13 +1073,7 @@ def test_html_page_renders_in_a_browser_with_its_tables_and_plots(runs, oracle, 
     assert len(srcs) == 3 and all(s.startswith("data:image/png;base64,") for s in srcs)  # curves, cells, profile
     assert "mean over cells of normalised paired differences, cells weighted equally" in text
 
-    # The page forbids every fetch (its CSP); a copy with a probe script reports what the browser decoded.
-    probed = tmp_path / "probed.html"
-    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-    assert csp in text
-    probed.write_text(text.replace(csp, csp + "; script-src 'unsafe-inline'").replace("</body>", _PROBE + "</body>"))
-    dom = _Page()
-    dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
+    dom = rendered(text, tmp_path)
     images = json.loads(dom.probe)
     assert [i[0] for i in images] == ["curves", "sensitivity", "profile"]
     assert all(complete and width > 0 for _id, complete, width, *_ in images), images

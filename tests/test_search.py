@@ -265,19 +265,14 @@ def test_two_maps_compared_on_a_page_show_both_their_difference_and_where_b_fail
 
 def test_the_two_maps_page_renders_in_a_browser(searched, failing, tmp_path):
     """The page forbids every fetch (its CSP); a copy with a probe script says what headless Chromium decoded."""
-    from test_compare import _PROBE, _chromium_dom, _Page
+    from test_compare import rendered
 
     if shutil.which("chromium") is None and not os.path.exists("/usr/bin/chromium"):
         pytest.skip("no chromium here (tests/test_compare.py installs it where it can)")
     page = tmp_path / "maps.html"
     assert _report("compare", searched, failing, "--html", str(page)).returncode == 0
     text = page.read_text()
-    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-    assert csp in text
-    probed = tmp_path / "probed.html"
-    probed.write_text(text.replace(csp, csp + "; script-src 'unsafe-inline'").replace("</body>", _PROBE + "</body>"))
-    dom = _Page()
-    dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
+    dom = rendered(text, tmp_path)
     images = json.loads(dom.probe)
     assert [i[0] for i in images] == ["maps", "difference"], images
     assert all(complete and width > 0 for _id, complete, width, *_ in images), images

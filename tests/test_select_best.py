@@ -146,7 +146,7 @@ def test_a_checkpoint_landing_mid_run_plays_the_looks_played_and_joins(tmp_path)
 
 def test_the_html_page_renders_its_table_and_gap_plot_in_a_browser(chosen, tmp_path):
     """The page forbids every fetch (its CSP); a copy with a probe script says what headless Chromium decoded."""
-    from test_compare import _PROBE, _chromium_dom, _Page
+    from test_compare import rendered
 
     from simeval.report.cli import main as report
 
@@ -156,12 +156,7 @@ def test_the_html_page_renders_its_table_and_gap_plot_in_a_browser(chosen, tmp_p
     page = tmp_path / "selection.html"
     assert report([out, "--html", str(page)]) == 0
     text = page.read_text()
-    csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-    assert csp in text
-    probed = tmp_path / "probed.html"
-    probed.write_text(text.replace(csp, csp + "; script-src 'unsafe-inline'").replace("</body>", _PROBE + "</body>"))
-    dom = _Page()
-    dom.feed(_chromium_dom(str(probed), str(tmp_path / "profile")))
+    dom = rendered(text, tmp_path)
     images = json.loads(dom.probe)
     assert [i[0] for i in images] == ["gaps"] and images[0][1] and images[0][2] > 0, images
     outcomes = [row[-1] for row in dom.rows if row]

@@ -23,11 +23,12 @@ and the ``simeval-report`` script run the same command.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from simeval.command_line import run_command
@@ -177,13 +178,8 @@ def _compare_searches(run_a: str, run_b: str, label_a: str, label_b: str, html_p
     """
     a, b = replay_search(run_a), replay_search(run_b)
     print(compare_maps(a, b, label_a, label_b))
-    if html_path:
-        try:
-            print(f"html: {write_compare_html(a, b, html_path, label_a, label_b)}")
-        except OSError as exc:
-            print(f"simeval-report compare: error: --html {html_path}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-    return 0
+    page = functools.partial(write_compare_html, a, b, label_a=label_a, label_b=label_b)
+    return _write_page(page, html_path, "simeval-report compare")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,12 +255,19 @@ def _selection(out_dir: str, html_path: str | None) -> int:
         print(f"simeval-report: error: {shown(exc)}", file=sys.stderr)
         return 2
     print(report_text(strategy))
-    if html_path:
-        try:
-            print(f"html: {write_selection_html(strategy, html_path)}")
-        except OSError as exc:
-            print(f"simeval-report: error: --html {html_path}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+    return _write_page(lambda path: write_selection_html(strategy, path), html_path, "simeval-report")
+
+
+def _write_page(write: Callable[[str], str], html_path: str | None, prog: str) -> int:
+    """``write(html_path)`` where ``--html`` is given, printing ``html: PATH``; 2 with one line when it cannot be
+    written, else 0."""
+    if not html_path:
+        return 0
+    try:
+        print(f"html: {write(html_path)}")
+    except OSError as exc:
+        print(f"{prog}: error: --html {html_path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 
