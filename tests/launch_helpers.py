@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -129,3 +131,22 @@ def small_suite(name: str, second: str) -> str:
         f"name: {name}\nseed: 0\nepisodes: 2\nnum_envs: 2\nmax_steps: 30\ntasks:\n  - env: HalfCheetah-v5\n"
         f"    conditions:\n      nominal: {{}}\n      {second}\n"
     )
+
+
+def in_process(*args: str, report: bool = False) -> subprocess.CompletedProcess:
+    """``python -m simeval.launch ARGS`` (``report``: ``simeval.report``) run in this process, as :func:`cli` returns
+    it: no interpreter and torch to start (seconds a call). The launcher's worker sets this thread's torch threads:
+    put back."""
+    import torch
+
+    if report:
+        from simeval.report.cli import main
+    else:
+        from simeval.launch import main
+    threads, out, err = torch.get_num_threads(), io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from launch_helpers import cli, read_records
+from launch_helpers import cli, in_process, read_records
 from test_remote_policy import _start, _stop
 
 from simeval import EvalError, Evaluator
@@ -98,7 +98,7 @@ def _run(recorder, tmp_path, num_envs: int) -> tuple[dict[str, dict], list[list[
     url, log = recorder
     seen = len(log.read_text().splitlines()) if log.exists() else 0
     suite_file = _write_suite(tmp_path / f"para{num_envs}.yaml", num_envs)
-    proc = cli("--suite", suite_file, "--policy-server", url, "--out", str(tmp_path / f"out{num_envs}"))
+    proc = in_process("--suite", suite_file, "--policy-server", url, "--out", str(tmp_path / f"out{num_envs}"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls: dict[tuple[int, int], list[str]] = {}
     for connection, step, prompt in map(json.loads, log.read_text().splitlines()[seen:]):

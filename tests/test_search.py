@@ -15,10 +15,9 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
-from launch_helpers import _env, cli, write_checkpoints
+from launch_helpers import cli, in_process, write_checkpoints
 
 from simeval.checkpoints.shipped import SHIPPED_RUN
 from simeval.strategies.search import region_seed
@@ -33,15 +32,13 @@ def _lines(out: str) -> list[dict]:
 
 
 def _report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "simeval.report", *args], capture_output=True, text=True, env=_env(None), timeout=240
-    )
+    return in_process(*args, report=True)
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("search") / "mass")
-    run = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
+    run = in_process(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
               "--out", out)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return out
@@ -57,7 +54,7 @@ def untrained(tmp_path_factory) -> str:
 def failing(untrained, tmp_path_factory) -> str:
     """The untrained policy's map over ``searched``'s range and failure: every region decided ``fail``."""
     out = str(tmp_path_factory.mktemp("search") / "untrained")
-    run = cli("--checkpoint", untrained, *ARGS[2:], "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45",
+    run = in_process("--checkpoint", untrained, *ARGS[2:], "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45",
               "--max-episodes", "64", "--out", out)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return out
@@ -120,7 +117,7 @@ def test_the_report_prints_draws_and_pages_the_map(searched, tmp_path):
 
 def test_a_finished_search_resumed_evaluates_nothing(searched):
     before = _lines(searched)
-    again = cli(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
+    again = in_process(*ARGS, "--search", "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "160",
                 "--out", searched)  # fmt: skip
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resuming: {len(before)} round(s)" in again.stdout
@@ -129,7 +126,7 @@ def test_a_finished_search_resumed_evaluates_nothing(searched):
 
 def test_two_searched_checkpoints_compare_region_by_region(searched, tmp_path):
     early = str(tmp_path / "early")
-    run = cli(*ARGS[:1], os.path.join(SHIPPED_RUN, "step_000126976.pt"), *ARGS[2:], "--search",
+    run = in_process(*ARGS[:1], os.path.join(SHIPPED_RUN, "step_000126976.pt"), *ARGS[2:], "--search",
               "body_mass_scale=0.5:3.0", "--fail-below", "45", "--max-episodes", "96", "--out", early)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     shown = _report("compare", early, searched)
@@ -167,7 +164,7 @@ def test_search_flags_are_checked_in_one_line(flags, message, tmp_path, capsys):
     ],
 )
 def test_a_searched_setting_the_env_cannot_take_is_one_line_before_any_round(flags, message, tmp_path):
-    run = cli(*ARGS, *flags, "--out", str(tmp_path / "x"))
+    run = in_process(*ARGS, *flags, "--out", str(tmp_path / "x"))
     assert run.returncode == 2
     assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert not os.path.exists(tmp_path / "x")
@@ -281,8 +278,8 @@ def test_the_two_maps_page_renders_in_a_browser(searched, failing, tmp_path):
 
 def test_two_maps_of_two_axes_compare_on_a_page(untrained, tmp_path):
     out = str(tmp_path / "pushed")
-    run = cli("--checkpoint", untrained, *ARGS[2:], "--search", "body_mass_scale=0.5:3.0", "--search", "push=0:10",
-              "--fail-below", "45", "--max-episodes", "32", "--out", out)  # fmt: skip
+    run = in_process("--checkpoint", untrained, *ARGS[2:], "--search", "body_mass_scale=0.5:3.0", "--search",
+                     "push=0:10", "--fail-below", "45", "--max-episodes", "32", "--out", out)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     page = tmp_path / "maps.html"
     shown = _report("compare", out, out, "--html", str(page))
@@ -314,7 +311,7 @@ def test_the_two_maps_page_escapes_the_runs_names(failing, tmp_path):
 )
 def test_a_search_compared_with_an_unlike_run_is_one_line_and_no_page(flags, message, searched, untrained, tmp_path):
     other = str(tmp_path / "other")
-    run = cli("--checkpoint", untrained, *ARGS[2:], *flags, "--out", other)
+    run = in_process("--checkpoint", untrained, *ARGS[2:], *flags, "--out", other)
     assert run.returncode == 0, run.stderr[-3000:]
     page = tmp_path / "maps.html"
     for a, b in ((searched, other), (other, searched)):
@@ -337,7 +334,7 @@ def test_a_suite_task_s_search_block_is_the_flags_search_after_the_suite_s_cells
 
     suite, out = tmp_path / "suite.yaml", str(tmp_path / "suite-out")
     suite.write_text(SUITE)  # the fixture's search as a block: HalfCheetah-v5, 8 envs, 40 steps, seed 0, 160 episodes
-    run = cli("--checkpoint", FINAL, "--suite", str(suite), "--out", out)
+    run = in_process("--checkpoint", FINAL, "--suite", str(suite), "--out", out)
     assert run.returncode == 0, run.stderr[-3000:]
     path = os.path.join(out, "search", "HalfCheetah-v5")
     assert f"task HalfCheetah-v5: search into {path}/results.jsonl" in run.stdout
@@ -346,7 +343,7 @@ def test_a_suite_task_s_search_block_is_the_flags_search_after_the_suite_s_cells
     rounds, theirs = _lines(path), _lines(searched)
     same = ("region", "round", "seed", "episode_returns", "episode_conditions", "search", "env", "map", "stop")
     assert [{k: r.get(k) for k in same} for r in rounds] == [{k: r.get(k) for k in same} for r in theirs]
-    again = cli("--checkpoint", FINAL, "--suite", str(suite), "--out", out)
+    again = in_process("--checkpoint", FINAL, "--suite", str(suite), "--out", out)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming: {len(rounds)} round(s) already in {path}/results.jsonl" in again.stdout
     assert _lines(path) == rounds and len(_lines(out)) == 1
