@@ -15,7 +15,7 @@ import os
 import time
 
 import pytest
-from launch_helpers import cli, read_records, small_suite, write_checkpoints
+from launch_helpers import cli, in_process, read_records, small_suite, write_checkpoints
 
 SMALL = ("--num-envs", "2", "--max-steps", "30")
 
@@ -51,29 +51,31 @@ def _refusal(proc, out) -> str:
 
 def test_a_checkpoint_run_into_an_out_of_other_settings_is_refused_and_append_means_it(ckpt, tmp_path):
     out, one = tmp_path / "out", str(ckpt / "step_0001000.pt")
-    assert cli("--checkpoint", one, "--episodes", "4", *SMALL, "--out", str(out)).returncode == 0
+    assert in_process("--checkpoint", one, "--episodes", "4", *SMALL, "--out", str(out)).returncode == 0
     before = (out / "results.jsonl").read_bytes()
     assert json.loads(before)["settings"] == {
         "episodes": 4, "time_budget": None, "num_envs": 2, "max_steps": 30, "seed": 0, "obs_norm": True,
         "policy": None, "policy_kwargs": {},
     }  # fmt: skip
 
-    line = _refusal(cli("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out)), out)
+    line = _refusal(in_process("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out)), out)
     assert "episodes 4 (now 2)" in line
-    line = _refusal(cli("--checkpoint", one, "--episodes", "4", *SMALL, "--seed", "7", "--out", str(out)), out)
+    line = _refusal(in_process("--checkpoint", one, "--episodes", "4", *SMALL, "--seed", "7", "--out", str(out)), out)
     assert "seed 0 (now 7)" in line and "episodes" not in line
-    line = _refusal(cli("--checkpoint", one, "--episodes", "4", "--num-envs", "4", "--max-steps", "20",
+    line = _refusal(in_process("--checkpoint", one, "--episodes", "4", "--num-envs", "4", "--max-steps", "20",
                         "--out", str(out)), out)  # fmt: skip
     assert "num_envs 2 (now 4)" in line and "max_steps 30 (now 20)" in line
-    line = _refusal(cli("--checkpoint", one, "--episodes", "4", *SMALL, "--env", "Hopper-v5", "--out", str(out)), out)
+    line = _refusal(
+        in_process("--checkpoint", one, "--episodes", "4", *SMALL, "--env", "Hopper-v5", "--out", str(out)), out
+    )
     assert "env HalfCheetah-v5 (now Hopper-v5)" in line
-    line = _refusal(cli("--checkpoint", one, "--episodes", "4", *SMALL, "--no-obs-norm", "--out", str(out)), out)
+    line = _refusal(in_process("--checkpoint", one, "--episodes", "4", *SMALL, "--no-obs-norm", "--out", str(out)), out)
     assert "obs_norm true (now false)" in line
     assert (out / "results.jsonl").read_bytes() == before  # nothing was added by a refused run
 
     # The same settings again, with --again (without it the run says the checkpoint is there): a line beside the first.
-    assert cli("--checkpoint", one, "--episodes", "4", *SMALL, "--out", str(out), "--again").returncode == 0
-    proc = cli("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out), "--append")
+    assert in_process("--checkpoint", one, "--episodes", "4", *SMALL, "--out", str(out), "--again").returncode == 0
+    proc = in_process("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out), "--append")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r["settings"]["episodes"] for r in read_records(out)] == [4, 4, 2]
 
@@ -81,19 +83,19 @@ def test_a_checkpoint_run_into_an_out_of_other_settings_is_refused_and_append_me
 def test_a_watch_resume_with_the_same_settings_and_retry_failed_work_as_before(ckpt, tmp_path):
     out = tmp_path / "out"
     common = ("--watch", str(ckpt), "--episodes", "2", *SMALL, "--poll-interval", "0.2", "--out", str(out))
-    assert cli(*common).returncode == 0
+    assert in_process(*common).returncode == 0
     failed = [r for r in read_records(out) if r["status"] == "failed"]
     assert len(failed) == 1 and failed[0]["settings"]["episodes"] == 2  # a failed line says its settings too
 
-    proc = cli(*common)
+    proc = in_process(*common)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resuming: 3 checkpoint(s) already in" in proc.stdout and "add --retry-failed" in proc.stdout
-    proc = cli(*common, "--retry-failed")
+    proc = in_process(*common, "--retry-failed")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "evaluating them again (--retry-failed)" in proc.stdout
     assert len(read_records(out)) == 4
 
-    proc = cli(*common, "--retry-failed", "--seed", "1")
+    proc = in_process(*common, "--retry-failed", "--seed", "1")
     assert "seed 0 (now 1)" in _refusal(proc, out)
     assert len(read_records(out)) == 4
 
@@ -101,9 +103,9 @@ def test_a_watch_resume_with_the_same_settings_and_retry_failed_work_as_before(c
 def test_failed_lines_hold_no_numbers_a_run_with_its_settings_fixed_is_not_refused(ckpt, tmp_path):
     out = tmp_path / "out"
     common = ("--watch", str(ckpt), "--episodes", "2", *SMALL, "--poll-interval", "0.2", "--out", str(out))
-    assert cli(*common, "--policy", "launch_helpers:raising_policy").returncode == 0
+    assert in_process(*common, "--policy", "launch_helpers:raising_policy").returncode == 0
     assert {r["status"] for r in read_records(out)} == {"failed"}
-    proc = cli(*common, "--retry-failed")  # the policy fixed: its failures evaluated again, with these settings
+    proc = in_process(*common, "--retry-failed")  # the policy fixed: its failures evaluated again, with these settings
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r["status"] for r in read_records(out)].count("ok") == 2
 
@@ -111,17 +113,17 @@ def test_failed_lines_hold_no_numbers_a_run_with_its_settings_fixed_is_not_refus
 def test_lines_written_before_lines_said_their_settings_resume_without_refusal(ckpt, tmp_path):
     out = tmp_path / "out"
     common = ("--watch", str(ckpt), *SMALL, "--poll-interval", "0.2", "--out", str(out))
-    assert cli(*common, "--episodes", "2").returncode == 0
+    assert in_process(*common, "--episodes", "2").returncode == 0
     records = read_records(out)
     with open(out / "results.jsonl", "w") as f:  # as the launcher wrote them before: no settings
         for record in records:
             record.pop("settings", None)
             f.write(json.dumps(record) + "\n")
-    proc = cli(*common, "--episodes", "4")  # unknown, not different: the resume goes on as before
+    proc = in_process(*common, "--episodes", "4")  # unknown, not different: the resume goes on as before
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resuming: 3 checkpoint(s) already in" in proc.stdout
     # What old lines do say still counts: the env backend they were evaluated on.
-    line = _refusal(cli(*common, "--episodes", "4", "--env-backend", "gymnasium"), out)
+    line = _refusal(in_process(*common, "--episodes", "4", "--env-backend", "gymnasium"), out)
     assert "env_backend native (now gymnasium)" in line
 
 
@@ -129,20 +131,20 @@ def test_a_suite_into_an_out_of_another_suite_other_conditions_or_a_plain_run_is
     out, one = tmp_path / "out", str(ckpt / "step_0002000.pt")
     suite = tmp_path / "suite.yaml"
     suite.write_text(suite_of("robust", 0.1))
-    assert cli("--suite", str(suite), "--checkpoint", one, "--out", str(out)).returncode == 0
-    proc = cli("--suite", str(suite), "--checkpoint", one, "--out", str(out))  # the same suite again: resumed
+    assert in_process("--suite", str(suite), "--checkpoint", one, "--out", str(out)).returncode == 0
+    proc = in_process("--suite", str(suite), "--checkpoint", one, "--out", str(out))  # the same suite again: resumed
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "resuming: 2 cell evaluation(s) already in" in proc.stdout
 
     suite.write_text(suite_of("robust", 0.3))
-    line = _refusal(cli("--suite", str(suite), "--checkpoint", one, "--out", str(out)), out)
+    line = _refusal(in_process("--suite", str(suite), "--checkpoint", one, "--out", str(out)), out)
     assert 'condition_settings {"action_noise": 0.1} (now {"action_noise": 0.3})' in line
     other = tmp_path / "other.yaml"
     other.write_text(suite_of("other", 0.1))
     assert "suite robust (now other)" in _refusal(
-        cli("--suite", str(other), "--checkpoint", one, "--out", str(out)), out
+        in_process("--suite", str(other), "--checkpoint", one, "--out", str(out)), out
     )
-    line = _refusal(cli("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out)), out)
+    line = _refusal(in_process("--checkpoint", one, "--episodes", "2", *SMALL, "--out", str(out)), out)
     assert "suite robust (now none)" in line
     assert len(read_records(out)) == 2
 
