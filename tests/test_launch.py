@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from launch_helpers import REPO, TESTS, cli, popen_cli, write_checkpoints
+from launch_helpers import REPO, TESTS, cli, in_process, popen_cli, write_checkpoints
 
 SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30")
 
@@ -312,7 +312,7 @@ def test_report_plots_the_eval_curve_of_several_runs(checkpoints, tmp_path):
     for name, ckpts in (("a", checkpoints[:2]), ("b", checkpoints[1:])):
         out = tmp_path / name
         for ck in ckpts:
-            assert cli("--checkpoint", ck, "--out", str(out), *SMALL).returncode == 0
+            assert in_process("--checkpoint", ck, "--out", str(out), *SMALL).returncode == 0
         runs.append(str(out))
     png = tmp_path / "curve.png"
     proc = subprocess.run(
@@ -437,17 +437,17 @@ def test_ctrl_c_before_any_result_names_no_results_file(tmp_path):
 def test_a_finished_checkpoint_run_again_into_its_out_says_so_and_again_evaluates_it_again(checkpoints, tmp_path):
     """Running the same --checkpoint into the same --out evaluated it again, silently, and appended a second line."""
     out = tmp_path / "out"
-    first = cli("--checkpoint", checkpoints[0], "--out", str(out), *SMALL)
+    first = in_process("--checkpoint", checkpoints[0], "--out", str(out), *SMALL)
     assert first.returncode == 0, first.stderr[-2000:]
-    again = cli("--checkpoint", checkpoints[0], "--out", str(out), *SMALL)
+    again = in_process("--checkpoint", checkpoints[0], "--out", str(out), *SMALL)
     assert again.returncode == 0, again.stderr[-2000:]
     assert len(_records(out)) == 1, again.stdout[-2000:]
     assert "already evaluated" in again.stdout and "--again" in again.stdout, again.stdout[-2000:]
     assert "evaluating" not in again.stdout
-    forced = cli("--checkpoint", checkpoints[0], "--out", str(out), *SMALL, "--again")
+    forced = in_process("--checkpoint", checkpoints[0], "--out", str(out), *SMALL, "--again")
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert [r["status"] for r in _records(out)] == ["ok", "ok"]
-    other = cli("--checkpoint", checkpoints[1], "--out", str(out), *SMALL)  # another checkpoint: evaluated
+    other = in_process("--checkpoint", checkpoints[1], "--out", str(out), *SMALL)  # another checkpoint: evaluated
     assert other.returncode == 0 and len(_records(out)) == 3, other.stderr[-2000:]
 
 
@@ -456,7 +456,7 @@ def test_a_watch_with_checkpoints_left_never_says_it_waits(tmp_path):
     ckpt = tmp_path / "ckpt"
     write_checkpoints(str(ckpt), steps=(1000, 2000, 3000))
     (ckpt / "DONE").write_text("")
-    proc = cli("--watch", str(ckpt), "--out", str(tmp_path / "out"), *SMALL)
+    proc = in_process("--watch", str(ckpt), "--out", str(tmp_path / "out"), *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(_records(tmp_path / "out")) == 3
     assert "waiting for checkpoints" not in proc.stdout, proc.stdout
