@@ -352,7 +352,7 @@ def test_launch_cli_evaluates_256_native_envs_with_the_gymnasium_backends_number
     """``--env HalfCheetah-v5 --num-envs 256``: native by default; --env-backend gymnasium gives the same episodes."""
     import json
 
-    from launch_helpers import cli
+    from launch_helpers import in_process
 
     from simeval.checkpoints.shipped import shipped_checkpoint
 
@@ -361,19 +361,19 @@ def test_launch_cli_evaluates_256_native_envs_with_the_gymnasium_backends_number
         args = ["--env", "HalfCheetah-v5", "--checkpoint", shipped_checkpoint()]
         args += ["--num-envs", "256", "--episodes", "256", "--max-steps", "40"]
         args += ["--out", str(tmp_path / backend)] + (["--env-backend", backend] if backend != "default" else [])
-        proc = cli(*args)
+        proc = in_process(*args)
         assert proc.returncode == 0, proc.stderr[-2000:]
         (records[backend],) = [json.loads(x) for x in open(tmp_path / backend / "results.jsonl")]
     native, gym = records["default"], records["gymnasium"]
     assert (native["env_backend"], gym["env_backend"]) == ("native", "gymnasium")
     assert len(native["episode_returns"]) == 256 and set(native["episode_lengths"]) == {40}
     assert native["episode_returns"] == pytest.approx(gym["episode_returns"], rel=1e-5)
-    bad = cli("--env", "Reacher-v5", "--env-backend", "physx", "--out", str(tmp_path / "bad"))
+    bad = in_process("--env", "Reacher-v5", "--env-backend", "physx", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2
     expected = "simeval-launch: error: unknown env backend 'physx': choose one of native, gymnasium, warp."
     assert bad.stderr.strip() == expected
     (tmp_path / "ckpt").mkdir()
-    unsupported = cli("--env", "Reacher-v5", "--env-backend", "native", "--watch", str(tmp_path / "ckpt"))
+    unsupported = in_process("--env", "Reacher-v5", "--env-backend", "native", "--watch", str(tmp_path / "ckpt"))
     assert unsupported.returncode == 2 and "use backend='gymnasium'" in unsupported.stderr
 
 

@@ -7,7 +7,7 @@ same numbers; only a suite's cell fields and a plain run's plan differ.
 
 from __future__ import annotations
 
-from launch_helpers import cli, read_records, write_checkpoints
+from launch_helpers import in_process, read_records, write_checkpoints
 
 SETTINGS = {"episodes": 2, "num_envs": 2, "max_steps": 30, "seed": 0}
 SUITE = """\
@@ -42,7 +42,7 @@ def test_plain_watch_and_suite_lines_carry_the_same_fields_for_the_same_checkpoi
     lines = {}
     for kind, args in runs.items():
         out = tmp_path / kind
-        proc = cli(*args, "--out", str(out))
+        proc = in_process(*args, "--out", str(out))
         assert proc.returncode == 0, proc.stderr[-2000:]
         (lines[kind],) = read_records(out)
 

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from launch_helpers import cli, read_records, small_suite, write_checkpoints
+from launch_helpers import in_process, read_records, small_suite, write_checkpoints
 
 SMALL = ("--episodes", "2", "--num-envs", "2", "--max-steps", "30", "--poll-interval", "0.2")
 CELLS = 2
@@ -67,7 +67,7 @@ def _place(files: dict[str, str], directory, step: int, kind: str) -> None:
 
 
 def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    proc = cli(*args, *SMALL, timeout=timeout)
+    proc = in_process(*args, *SMALL)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
 
@@ -168,7 +168,7 @@ def test_a_suite_retries_failed_cells_and_unreadable_files_with_the_flag_and_end
     _place(files, ckpt, 1500, "misfit")  # each of its cells fails in its round
     _place(files, ckpt, 2000, "broken")  # unreadable, at --until-step: no DONE, the run must end on it
     run = ("--suite", str(suite), "--watch", str(ckpt), "--out", str(out), "--until-step", "2000")
-    proc = cli(*run, "--poll-interval", "0.2", timeout=90)
+    proc = in_process(*run, "--poll-interval", "0.2")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = _by_name(out)
     assert [r["status"] for r in lines["step_0001000.pt"]] == ["ok"] * CELLS
@@ -177,7 +177,7 @@ def test_a_suite_retries_failed_cells_and_unreadable_files_with_the_flag_and_end
         ("failed", "checkpoint", False)
     ]
 
-    resumed = cli(*run, "--poll-interval", "0.2", timeout=90)
+    resumed = in_process(*run, "--poll-interval", "0.2")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming: {2 * CELLS} cell evaluation(s)" in resumed.stdout
     (said,) = [line for line in resumed.stdout.splitlines() if "failed before" in line]
@@ -186,7 +186,7 @@ def test_a_suite_retries_failed_cells_and_unreadable_files_with_the_flag_and_end
 
     _place(files, ckpt, 1500, "good_1500")
     _place(files, ckpt, 2000, "good_2000")
-    again = cli(*run, "--poll-interval", "0.2", "--retry-failed", timeout=90)
+    again = in_process(*run, "--poll-interval", "0.2", "--retry-failed")
     assert again.returncode == 0, again.stderr[-2000:]
     lines = _by_name(out)
     assert [r["status"] for r in lines["step_0001500.pt"]] == ["failed"] * CELLS + ["ok"] * CELLS

@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from launch_helpers import cli, write_checkpoints
+from launch_helpers import cli, in_process, write_checkpoints
 
 from simeval.conditions import Condition
 from simeval.launch.config import ConfigError
@@ -53,7 +53,8 @@ def _cells(out) -> dict[str, dict]:
 
 
 def _run(suite: str, ck: str, out, *extra: str, env: dict | None = None):
-    proc = cli("--suite", suite, "--checkpoint", ck, "--out", str(out), *extra, env=env)
+    args = ("--suite", suite, "--checkpoint", ck, "--out", str(out), *extra)
+    proc = cli(*args, env=env) if env else in_process(*args)  # an environment of its own: a process of its own
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -181,21 +182,21 @@ def test_the_cli_refuses_a_bad_suite_and_flags_the_file_sets(suite_setup, tmp_pa
     _, suite, ck, _ = suite_setup
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntasks:\n  - env: HalfCheetah-v5\n    conditions: {slow: {gravity: [1, 0]}}\n")
-    proc = cli("--suite", str(bad), "--checkpoint", ck, "--out", str(tmp_path / "o"))
+    proc = in_process("--suite", str(bad), "--checkpoint", ck, "--out", str(tmp_path / "o"))
     assert proc.returncode == 2
     assert (
         proc.stderr.strip().splitlines()[-1].endswith("tasks[0].conditions.slow.gravity: range [1, 0] has low > high.")
     )
-    proc = cli("--suite", suite, "--checkpoint", ck, "--episodes", "3", "--out", str(tmp_path / "o"))
+    proc = in_process("--suite", suite, "--checkpoint", ck, "--episodes", "3", "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "--episodes" in proc.stderr.strip().splitlines()[-1]
-    proc = cli("--suite", str(tmp_path / "none.yaml"), "--checkpoint", ck, "--out", str(tmp_path / "o"))
+    proc = in_process("--suite", str(tmp_path / "none.yaml"), "--checkpoint", ck, "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "no such file" in proc.stderr
 
 
 def test_a_condition_the_chosen_env_backend_cannot_apply_is_refused_before_any_cell_runs(suite_setup, tmp_path):
     _, suite, ck, _ = suite_setup
     out = tmp_path / "o"
-    proc = cli("--suite", suite, "--checkpoint", ck, "--env-backend", "gymnasium", "--out", str(out))
+    proc = in_process("--suite", suite, "--checkpoint", ck, "--env-backend", "gymnasium", "--out", str(out))
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "conditions.heavy: body_mass_scale set model physics, which only native MuJoCo changes" in last
