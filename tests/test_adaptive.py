@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from launch_helpers import cli
+from launch_helpers import cli, in_process
 
 from simeval.checkpoints.shipped import SHIPPED_RUN
 from simeval.conditions import LOOK_STRIDE, episode_seed, look_seed
@@ -51,7 +51,7 @@ def suite(tmp_path_factory) -> str:
 
 
 def _run(*args: str, env: dict | None = None):
-    proc = cli(*args, env=env)
+    proc = cli(*args, env=env) if env else in_process(*args)  # an environment of its own: a process of its own
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -169,8 +169,8 @@ def test_a_resume_evaluates_only_the_looks_missing_from_either_file(decided, sui
     assert "resuming: 3 look(s)" in proc.stdout and not re.search(r"^look \d", proc.stdout, re.M)
     assert len(_lines(copy / "b" / "results.jsonl")) == 3
     # another plan (alpha) on the same directory is refused in one line
-    proc = cli("--suite", suite, "--checkpoint", B, "--baseline", A, "--until-decided", *DECIDED, "--alpha", "0.1",
-               "--out", str(copy))  # fmt: skip
+    proc = in_process("--suite", suite, "--checkpoint", B, "--baseline", A, "--until-decided", *DECIDED, "--alpha",
+                      "0.1", "--out", str(copy))  # fmt: skip
     assert proc.returncode == 2
     assert "look 0 was evaluated with alpha 0.05 (now 0.1)" in proc.stderr.strip().splitlines()[-1]
 
@@ -237,8 +237,8 @@ def test_planned_looks_decide_as_their_replay_does_and_a_resume_keeps_the_design
         assert printed[f"HalfCheetah-v5 / {condition}"] == shown
         assert row["stop"] == a[(condition, max(k for c, k in a if c == condition))]["stop"]
     assert rows["nominal"]["verdict"] == "better"
-    proc = cli("--suite", suite, "--checkpoint", B, "--baseline", A, "--until-decided", *DECIDED,
-               "--out", str(tmp_path))  # fmt: skip
+    proc = in_process("--suite", suite, "--checkpoint", B, "--baseline", A, "--until-decided", *DECIDED,
+                      "--out", str(tmp_path))  # fmt: skip
     assert proc.returncode == 2
     assert "design 'planned' (now 'anytime')" in proc.stderr.strip().splitlines()[-1]
 
