@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simeval.launch.config.search import search_flag
 from simeval.launch.results import RESULTS
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def search(
     argv = ["--checkpoint", checkpoint, "--env", env, "--out", out, "--max-episodes", str(max_episodes)]
     argv += ["--num-envs", str(num_envs), "--seed", str(seed), "--alpha", repr(alpha)]
     for name, (low, high) in ranges.items():
-        argv += ["--search", f"{name}={low!r}:{high!r}"]
+        argv += ["--search", search_flag(name, low, high)]
     widths = [resolution] if isinstance(resolution, (int, float)) else list(resolution or [])
     for width in widths:
         argv += ["--resolution", repr(width)]

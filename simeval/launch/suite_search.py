@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simeval.conditions import Condition
-from simeval.launch.config.search import MAX_AXES, range_problem, resolution_problem
+from simeval.launch.config.search import MAX_AXES, range_problem, resolution_problem, search_flag
 
 if TYPE_CHECKING:
     from simeval.launch.config import LaunchConfig
@@ -58,7 +58,7 @@ class SuiteSearch:
         return dataclasses.replace(
             cfg,
             suite=None,
-            search=[f"{name}={low!r}:{high!r}" for name, low, high in self.ranges],
+            search=[search_flag(name, low, high) for name, low, high in self.ranges],
             resolution=[repr(r) for r in self.resolutions],
             fail_below=self.fail_below,
             failure_rate=self.failure_rate,

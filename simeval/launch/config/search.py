@@ -15,6 +15,12 @@ from simeval.launch.config.base import ConfigError, Section, opt
 MAX_AXES = 2
 
 
+def search_flag(name: str, low: float, high: float) -> str:
+    """``--search``'s value for the range ``[low, high]`` of ``name``, as :attr:`SearchSection.searched` reads it
+    back (the numbers exactly)."""
+    return f"{name}={low!r}:{high!r}"
+
+
 def range_problem(low: object, high: object) -> str | None:
     """Why ``low``, ``high`` cannot be a searched range (finite numbers, ``low < high``), or None."""
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
